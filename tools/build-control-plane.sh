@@ -33,7 +33,7 @@ if [[ ${1:-} == --dir ]]; then echo "$dest"; exit 0; fi
 
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kustomize)
 complete=1
-for b in "${binaries[@]}" kwok.yaml; do [[ -e $dest/$b ]] || complete=0; done
+for b in "${binaries[@]}" kwok-stages.yaml; do [[ -e $dest/$b ]] || complete=0; done
 if [[ $complete == 1 ]]; then echo "$dest"; exit 0; fi
 
 command -v go >/dev/null || { echo "error: go is not installed (need Go >= 1.26)" >&2; exit 1; }
@@ -62,14 +62,12 @@ log "building kustomize v$KUSTOMIZE_VERSION"
   -o "$tmp/" sigs.k8s.io/kustomize/kustomize/v5)
 
 # kwok needs Stage objects; take them from kwok's own module (never committed here).
+# The KwokConfiguration itself is written per run by kfdef_operator/controlplane.py.
 stages=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
-{
-  printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  enableCNI: false\n'
-  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-    printf -- '---\n'; cat "$stages/$f"
-  done
-} > "$tmp/kwok.yaml"
+for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+         pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+  printf -- '---\n'; cat "$stages/$f"
+done > "$tmp/kwok-stages.yaml"
 
 rm -rf "$dest.old"; [[ -e $dest ]] && mv "$dest" "$dest.old"
 mv "$tmp" "$dest"; rm -rf "$dest.old"

@@ -1,0 +1,429 @@
+"""An embedded local Kubernetes control plane for tests, benchmarks and the demo.
+
+Starts, on 127.0.0.1 and free ports, in this order: etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler, then kwok (which makes the fake
+Node Ready and runs the lifecycle of pods scheduled onto it, so Deployments
+become Available). Each process logs to its own file in the work directory;
+a failing start raises :class:`ControlPlaneError` with the tail of that log.
+
+Processes are started in their own sessions and stopped by their own PIDs
+only (SIGTERM, then SIGKILL), also at interpreter exit.
+
+kube-apiserver dials Service ClusterIPs by itself (admission webhooks, CRD
+conversion, APIServices). Those addresses are simulated data here, so the
+control plane refuses to start unless the process runs in a network namespace
+where only loopback exists (see ``tools/netns-run``); set
+``KFDEF_ALLOW_HOST_NETWORK=1`` to override that guard knowingly.
+
+The binaries come from ``tools/build-control-plane.sh``; :func:`find_bin_dir`
+locates them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+FAKE_NODE_NAME = "kwok-node-0"
+OPERATOR_USER = "kfdef-operator"
+SERVICE_CIDR = "10.0.0.0/24"
+
+_START_TIMEOUT_S = 120.0
+_STOP_TIMEOUT_S = 15.0
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started or a part of it is unhealthy."""
+
+
+def find_bin_dir() -> Path:
+    """Locate the directory holding the control-plane binaries.
+
+    Order: ``$KFDEF_K8SBIN``; the newest complete
+    ``$XDG_CACHE_HOME/kfdef-operator/k8sbin-*`` directory; the directory of
+    ``kube-apiserver`` on ``PATH``.
+    """
+    override = os.environ.get("KFDEF_K8SBIN")
+    if override:
+        return Path(override)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfdef-operator"
+    candidates = sorted(
+        (d for d in cache.glob("k8sbin-*") if all((d / b).exists() for b in BINARIES)),
+        key=lambda d: d.stat().st_mtime,
+        reverse=True,
+    )
+    if candidates:
+        return candidates[0]
+    on_path = shutil.which("kube-apiserver")
+    if on_path:
+        return Path(on_path).parent
+    raise ControlPlaneError(
+        "control-plane binaries not found: run `make control-plane` (tools/build-control-plane.sh) "
+        "or set KFDEF_K8SBIN to the directory holding etcd, kube-apiserver, ..."
+    )
+
+
+def network_is_loopback_only() -> bool:
+    """True when every network interface of this process's namespace is loopback.
+
+    Reads ``/proc/self/net/dev`` (per network namespace); ``/sys/class/net``
+    would show the namespace that mounted sysfs instead.
+    """
+    try:
+        lines = Path("/proc/self/net/dev").read_text().splitlines()[2:]
+    except OSError:
+        return False
+    return all(line.split(":", 1)[0].strip() == "lo" for line in lines)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class _Process:
+    name: str
+    args: list[str]
+    log_path: Path
+    popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        try:
+            self.popen = subprocess.Popen(
+                self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self) -> None:
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self.popen = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class ControlPlane:
+    """A running local control plane; use as a context manager or call start()/stop().
+
+    Attributes available after :meth:`start`: ``kubeconfig`` (admin, in
+    ``system:masters``), ``server`` (https URL), ``ca_file`` and
+    :meth:`kubeconfig_for` for the unprivileged ``kfdef-operator`` user.
+    """
+
+    bin_dir: Path = field(default_factory=find_bin_dir)
+    work_dir: Path | None = None
+    apiserver_flags: tuple[str, ...] = ()
+    controller_manager_flags: tuple[str, ...] = ()
+    allow_host_network: bool = field(default_factory=lambda: os.environ.get("KFDEF_ALLOW_HOST_NETWORK") == "1")
+
+    def __post_init__(self) -> None:
+        self._owns_work_dir = self.work_dir is None
+        self._processes: dict[str, _Process] = {}
+        self._tokens: dict[str, str] = {}
+        self.ports: dict[str, int] = {}
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def __enter__(self) -> "ControlPlane":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start every component in order and wait until each is healthy."""
+        if not self.allow_host_network and not network_is_loopback_only():
+            raise ControlPlaneError(
+                "refusing to start the control plane outside a loopback-only network namespace: "
+                "kube-apiserver would dial simulated Service IPs for webhooks. Run through "
+                "`tools/netns-run <command>` or set KFDEF_ALLOW_HOST_NETWORK=1 if you know this machine is isolated."
+            )
+        missing = [b for b in BINARIES if not (self.bin_dir / b).exists()]
+        if missing:
+            raise ControlPlaneError(f"missing binaries in {self.bin_dir}: {', '.join(missing)}; run `make control-plane`")
+        if self.work_dir is None:
+            base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+            self.work_dir = Path(tempfile.mkdtemp(prefix="kfdef-cp-", dir=base))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "logs").mkdir(exist_ok=True)
+        atexit.register(self.stop)
+        started = time.monotonic()
+        try:
+            self._prepare_credentials()
+            self.ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+            self._write_kubeconfigs()
+            self._start_etcd()
+            self._start_apiserver()
+            self._start("kube-controller-manager", self._kcm_args())
+            self._start("kube-scheduler", self._scheduler_args())
+            self._wait_http("kube-controller-manager", f"https://127.0.0.1:{self.ports['kcm']}/healthz")
+            self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.ports['scheduler']}/healthz")
+            self._create_fake_node()
+            self._start("kwok", self._kwok_args())
+            self._wait_http("kwok", f"http://127.0.0.1:{self.ports['kwok']}/healthz")
+            self._wait_for("kube-controller-manager", "ServiceAccount default/default",
+                           lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") is not None)
+            self._wait_for("kwok", f"Node {FAKE_NODE_NAME} Ready", self._node_ready)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+
+    def stop(self) -> None:
+        """Stop every process this object started, newest first, by PID."""
+        for process in reversed(list(self._processes.values())):
+            process.stop()
+        self._processes.clear()
+        if self._owns_work_dir and self.work_dir is not None and os.environ.get("KFDEF_KEEP_CONTROL_PLANE_DIR") != "1":
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver by its PID and start it again with the same flags and port."""
+        self._processes["kube-apiserver"].stop()
+        self._start_apiserver()
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component (e.g. ``kube-controller-manager``) by its PID."""
+        self._processes[name].stop()
+
+    def start_component(self, name: str) -> None:
+        """Start again a component stopped with :meth:`stop_component`."""
+        self._processes[name].start()
+
+    def pid(self, name: str) -> int:
+        popen = self._processes[name].popen
+        if popen is None:
+            raise ControlPlaneError(f"{name} is not running")
+        return popen.pid
+
+    # -- credentials ---------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.work_dir / "pki" / "apiserver.crt"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.work_dir / "admin.kubeconfig"
+
+    @property
+    def admin_token(self) -> str:
+        return self._tokens["admin"]
+
+    def kubeconfig_for(self, user: str = OPERATOR_USER) -> Path:
+        """Kubeconfig of a token user: ``admin`` or the group-less ``kfdef-operator``."""
+        return self.work_dir / f"{user}.kubeconfig"
+
+    def _prepare_credentials(self) -> None:
+        pki = self.work_dir / "pki"
+        pki.mkdir(exist_ok=True)
+        subprocess.run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"], check=True, capture_output=True)
+        self._tokens = {"admin": secrets.token_hex(16), OPERATOR_USER: secrets.token_hex(16)}
+        (self.work_dir / "tokens.csv").write_text(
+            f'{self._tokens["admin"]},admin,admin-uid,"system:masters"\n'
+            f"{self._tokens[OPERATOR_USER]},{OPERATOR_USER},{OPERATOR_USER}-uid\n"
+        )
+
+    def _write_kubeconfigs(self) -> None:
+        # The CA file appears when the apiserver generates its serving certificate;
+        # the kubeconfig references it by path so it can be written beforehand.
+        for user, token in self._tokens.items():
+            config = {
+                "apiVersion": "v1", "kind": "Config", "current-context": "kfdef-local",
+                "clusters": [{"name": "kfdef-local", "cluster": {
+                    "server": self.server, "certificate-authority": str(self.ca_file)}}],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": "kfdef-local", "context": {"cluster": "kfdef-local", "user": user}}],
+            }
+            path = self.kubeconfig if user == "admin" else self.kubeconfig_for(user)
+            path.write_text(json.dumps(config, indent=2))
+            path.chmod(0o600)
+
+    # -- components ----------------------------------------------------------------
+
+    def _start(self, name: str, args: list[str]) -> None:
+        process = _Process(name, [str(self.bin_dir / name), *args], self.work_dir / "logs" / f"{name}.log")
+        self._processes[name] = process
+        process.start()
+
+    def _start_etcd(self) -> None:
+        e, p = self.ports["etcd"], self.ports["etcd-peer"]
+        self._start("etcd", [
+            "--name=kf", f"--data-dir={self.work_dir / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{e}", f"--advertise-client-urls=http://127.0.0.1:{e}",
+            f"--listen-peer-urls=http://127.0.0.1:{p}", f"--initial-advertise-peer-urls=http://127.0.0.1:{p}",
+            f"--initial-cluster=kf=http://127.0.0.1:{p}", "--unsafe-no-fsync", "--log-level=warn",
+            "--listen-metrics-urls=http://127.0.0.1:0",
+        ])
+        self._wait_http("etcd", f"http://127.0.0.1:{e}/health")
+
+    def _start_apiserver(self) -> None:
+        d = self.work_dir
+        self._start("kube-apiserver", [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}", "--endpoint-reconciler-type=none",
+            f"--cert-dir={d / 'pki'}", f"--token-auth-file={d / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={d / 'pki' / 'sa.key'}",
+            f"--service-account-signing-key-file={d / 'pki' / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            *self.apiserver_flags,
+        ])
+        self._wait_http("kube-apiserver", f"{self.server}/readyz", token=self._tokens["admin"], ca=self.ca_file)
+
+    def _kcm_args(self) -> list[str]:
+        kc = self.kubeconfig
+        return [
+            f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.ports['kcm']}",
+            f"--cert-dir={self.work_dir / 'kcm'}", "--leader-elect=false", "--controllers=*",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            f"--service-account-private-key-file={self.work_dir / 'pki' / 'sa.key'}",
+            f"--root-ca-file={self.ca_file}",
+            *self.controller_manager_flags,
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        kc = self.kubeconfig
+        return [
+            f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.ports['scheduler']}", "--leader-elect=false",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        ]
+
+    def _kwok_args(self) -> list[str]:
+        # kwok applies no defaults to options read from a file: set every parallelism explicitly.
+        config = self.work_dir / "kwok.yaml"
+        config.write_text(
+            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+            "  enableCNI: false\n  cidr: 10.0.1.0/24\n  podPlayStageParallelism: 8\n"
+            "  nodePlayStageParallelism: 2\n  nodeLeaseParallelism: 2\n  podsOnNodeSyncParallelism: 2\n"
+            + (self.bin_dir / "kwok-stages.yaml").read_text()
+        )
+        return [
+            f"--kubeconfig={self.kubeconfig}", f"--config={config}",
+            "--manage-all-nodes=true", "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{self.ports['kwok']}",
+        ]
+
+    def _create_fake_node(self) -> None:
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": FAKE_NODE_NAME, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": FAKE_NODE_NAME,
+                                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
+            # No taints: kwok's docs add NoSchedule, which would keep every pod Pending here.
+            "status": {"capacity": {"cpu": "32", "memory": "256Gi", "pods": "250"},
+                       "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "250"}},
+        }
+        self.request("POST", "/api/v1/nodes", node, ok=(201, 409))
+
+    def _node_ready(self) -> bool:
+        node = self._get(f"/api/v1/nodes/{FAKE_NODE_NAME}")
+        conditions = (node or {}).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    # -- HTTP helpers --------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: dict | None = None, *, ok: tuple[int, ...] = (200, 201)) -> dict | None:
+        """One admin request to kube-apiserver; returns the decoded body, None on 404."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self._tokens['admin']}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=self._ssl_context(self.ca_file), timeout=10) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            if error.code in ok:
+                return json.loads(error.read() or b"null")
+            raise ControlPlaneError(f"{method} {path} -> {error.code}: {error.read()[:500]!r}") from None
+
+    def _get(self, path: str) -> dict | None:
+        return self.request("GET", path)
+
+    @staticmethod
+    def _ssl_context(ca: Path | None) -> ssl.SSLContext:
+        if ca is None:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            return context
+        return ssl.create_default_context(cafile=str(ca))
+
+    def _wait_http(self, name: str, url: str, *, token: str | None = None, ca: Path | None = None) -> None:
+        def healthy() -> bool:
+            if ca is not None and not ca.exists():
+                return False
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            request = urllib.request.Request(url, headers=headers)
+            context = self._ssl_context(ca) if url.startswith("https") else None
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=2) as resp:
+                    return resp.status == 200
+            except (urllib.error.URLError, OSError):
+                return False
+
+        self._wait_for(name, f"GET {url} == 200", healthy)
+
+    def _wait_for(self, name: str, what: str, check: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        delay = 0.05
+        while time.monotonic() < deadline:
+            process = self._processes.get(name)
+            if process is not None and not process.running():
+                raise ControlPlaneError(f"{name} exited while waiting for {what}; log tail:\n{process.log_tail()}")
+            try:
+                if check():
+                    return
+            except ControlPlaneError:
+                pass
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+        tail = self._processes[name].log_tail() if name in self._processes else ""
+        raise ControlPlaneError(f"{name} not healthy after {_START_TIMEOUT_S:.0f}s ({what}); log tail:\n{tail}")

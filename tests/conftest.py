@@ -1,0 +1,45 @@
+"""Shared fixtures: one real local control plane per test session (started lazily)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from kfdef_operator.controlplane import ControlPlane
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """The embedded control plane: etcd, kube-apiserver, KCM, scheduler and kwok on 127.0.0.1."""
+    plane = ControlPlane()
+    plane.start()
+    os.environ["KUBECONFIG"] = str(plane.kubeconfig)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane):
+    """A synchronous admin client (kubernetes.client.ApiClient) for test set-up and assertions."""
+    from tests.kube import Kube
+
+    kube = Kube(control_plane.kubeconfig)
+    yield kube
+    kube.close()
+
+
+@pytest.fixture
+def namespace(kube) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    kube.create_namespace(name)
+    yield name
+    kube.delete_namespace(name)

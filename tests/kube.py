@@ -1,0 +1,102 @@
+"""A small synchronous test client over the official kubernetes package, and wait helpers."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import yaml
+from kubernetes import client, config, dynamic
+from kubernetes.client.rest import ApiException
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], *, timeout: float = 60.0, what: str = "condition") -> T:
+    """Poll ``check`` until it returns a truthy value; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except ApiException as error:
+            last_error = error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+class Kube:
+    """Admin access for tests: typed core APIs plus a dynamic client for any kind."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.dynamic = dynamic.DynamicClient(self.api)
+
+    def close(self) -> None:
+        self.api.close()
+
+    def resource(self, api_version: str, kind: str):
+        return self.dynamic.resources.get(api_version=api_version, kind=kind)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        """The live object as a dict, or None when it does not exist."""
+        try:
+            return self.resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def exists(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        return self.get(api_version, kind, name, namespace) is not None
+
+    def apply(self, obj: dict, *, manager: str = "tests", force: bool = True) -> dict:
+        """Server-side apply of one object."""
+        meta = obj["metadata"]
+        resource = self.resource(obj["apiVersion"], obj["kind"])
+        return resource.server_side_apply(
+            body=obj, name=meta["name"], namespace=meta.get("namespace"),
+            field_manager=manager, force_conflicts=force,
+        ).to_dict()
+
+    def apply_yaml(self, text: str, **kwargs: Any) -> list[dict]:
+        return [self.apply(doc, **kwargs) for doc in yaml.safe_load_all(text) if doc]
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, **kwargs: Any) -> None:
+        try:
+            self.resource(api_version, kind).delete(name=name, namespace=namespace, **kwargs)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def create_namespace(self, name: str, labels: dict | None = None) -> None:
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+
+    def delete_namespace(self, name: str) -> None:
+        self.delete("v1", "Namespace", name)
+
+    def wait_gone(self, api_version: str, kind: str, name: str, namespace: str | None = None, timeout: float = 60) -> None:
+        wait_for(lambda: not self.exists(api_version, kind, name, namespace), timeout=timeout,
+                 what=f"{kind} {namespace + '/' if namespace else ''}{name} to be gone")
+
+    def condition(self, obj: dict | None, type_: str) -> dict | None:
+        for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+            if cond.get("type") == type_:
+                return cond
+        return None
+
+    def wait_condition(self, api_version: str, kind: str, name: str, type_: str, status: str = "True",
+                       namespace: str | None = None, timeout: float = 60) -> dict:
+        def check():
+            obj = self.get(api_version, kind, name, namespace)
+            cond = self.condition(obj, type_)
+            return obj if cond and cond.get("status") == status else None
+        return wait_for(check, timeout=timeout, what=f"{kind} {name} condition {type_}={status}")
