@@ -19,12 +19,21 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 from urllib.parse import urlencode
 
+import aiohttp
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
 JSON = dict[str, Any]
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_MAX_ATTEMPTS = 8
+
+
+def _retry_delay(attempt: int, retry_after: str | None) -> float:
+    """Seconds before retry ``attempt`` (0-based): the server's Retry-After, else 50 ms doubling to 2 s."""
+    if retry_after and retry_after.isdigit():
+        return min(float(retry_after), 10.0)
+    return min(0.05 * 2 ** attempt, 2.0)
 
 
 class KubeApiError(Exception):
@@ -114,20 +123,47 @@ class KubeClient:
         timeout: float = 60.0,
     ) -> JSON:
         """Send one request; return the decoded JSON body or raise :class:`KubeApiError`."""
-        dry_run = bool(params and params.get("dryRun"))
-        self._counts[f"{method}{'(dry-run)' if dry_run else ''}"] += 1
-        headers = await self._headers(content_type, accept)
-        data = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body, separators=(",", ":"))
-        response = await self._api.rest_client.request(
-            method, self._url(path, params), headers=headers, body=data, _request_timeout=timeout)
-        raw = await response.read()
-        try:
-            decoded = json.loads(raw) if raw else {}
-        except ValueError:
-            decoded = {"message": raw[:500].decode(errors="replace")}
-        if response.status >= 300:
-            raise KubeApiError(response.status, method, path, decoded)
+        decoded, _ = await self._send(method, path, body=body, params=params, content_type=content_type,
+                                      accept=accept, timeout=timeout)
         return decoded
+
+    async def _send(self, method: str, path: str, *, body: Any, params: dict[str, Any] | None,
+                    content_type: str, accept: str, timeout: float) -> tuple[JSON, int]:
+        """One request with retries where they are safe.
+
+        ``429`` means the server did not process the request (throttled, or a
+        new CRD's storage still initialising): retried for every verb,
+        honouring ``Retry-After``. ``5xx`` and connection errors are retried
+        for reads only.
+        """
+        dry_run = bool(params and params.get("dryRun"))
+        url = self._url(path, params)
+        for attempt in range(_MAX_ATTEMPTS):
+            self._counts[f"{method}{'(dry-run)' if dry_run else ''}"] += 1
+            headers = await self._headers(content_type, accept)
+            try:
+                # The REST client JSON-encodes dict bodies itself (also for apply-patch+yaml).
+                response = await self._api.rest_client.request(
+                    method, url, headers=headers, body=body, _request_timeout=timeout)
+                raw = await response.read()
+            except (OSError, asyncio.TimeoutError, aiohttp.ClientError):
+                if method != "GET" or attempt == _MAX_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(_retry_delay(attempt, None))
+                continue
+            try:
+                decoded = json.loads(raw) if raw else {}
+            except ValueError:
+                decoded = {"message": raw[:500].decode(errors="replace")}
+            status = response.status
+            retryable = status == 429 or (status >= 500 and method == "GET")
+            if retryable and attempt < _MAX_ATTEMPTS - 1:
+                await asyncio.sleep(_retry_delay(attempt, response.getheader("Retry-After")))
+                continue
+            if status >= 300:
+                raise KubeApiError(status, method, path, decoded)
+            return decoded, status
+        raise AssertionError("unreachable")
 
     async def get(self, path: str, **params: Any) -> JSON | None:
         """GET, or None when the object does not exist."""
@@ -143,17 +179,11 @@ class KubeClient:
         """Server-side apply; returns the object and whether this request created it (HTTP 201)."""
         params = {"fieldManager": field_manager, "force": "true" if force else None,
                   "dryRun": "All" if dry_run else None}
-        # JSON is YAML, so the JSON body is sent with the apply-patch content type.
-        self._counts[f"PATCH{'(dry-run)' if dry_run else ''}"] += 1
-        headers = await self._headers("application/apply-patch+yaml", "application/json")
-        response = await self._api.rest_client.request(
-            "PATCH", self._url(path, params), headers=headers,
-            body=json.dumps(obj, separators=(",", ":")), _request_timeout=60.0)
-        raw = await response.read()
-        decoded = json.loads(raw) if raw else {}
-        if response.status >= 300:
-            raise KubeApiError(response.status, "PATCH", path, decoded)
-        return decoded, response.status == 201
+        # Sent as JSON, which is YAML, under the apply-patch content type.
+        decoded, status = await self._send("PATCH", path, body=obj, params=params,
+                                           content_type="application/apply-patch+yaml",
+                                           accept="application/json", timeout=60.0)
+        return decoded, status == 201
 
     async def watch(self, path: str, *, resource_version: str | None = None, label_selector: str | None = None,
                     timeout_seconds: int = 300) -> AsyncIterator[JSON]:

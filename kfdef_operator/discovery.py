@@ -1,0 +1,137 @@
+"""Which kinds the API server serves, and under which resource paths.
+
+Uses aggregated discovery (``apidiscovery.k8s.io/v2``): two requests
+(``/api`` and ``/apis``) describe every group, version and resource. The
+mapping is refreshed when a kind is missing (at most once per second), and
+kinds of CRDs the operator just established are registered straight from the
+CRD, without a refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .inventory import ObjectRef
+from .kube import KubeClient
+
+JSON = dict[str, Any]
+
+_AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+_MIN_REFRESH_INTERVAL_S = 1.0
+
+
+class UnknownKind(LookupError):
+    """The API server serves no resource for this apiVersion and kind."""
+
+    def __init__(self, api_version: str, kind: str) -> None:
+        super().__init__(f"the API server does not serve {kind} in {api_version} (is its CRD installed?)")
+        self.api_version = api_version
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A served resource: enough to build request paths."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{prefix}/{self.plural}"
+
+    def object_path(self, name: str, namespace: str | None = None) -> str:
+        return f"{self.collection_path(namespace)}/{name}"
+
+    def path_of(self, ref: ObjectRef) -> str:
+        return self.object_path(ref.name, ref.namespace or None)
+
+
+class Discovery:
+    """A cached map of (apiVersion, kind) to :class:`Resource`."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
+        self._resources: dict[tuple[str, str], Resource] = {}
+        self._preferred: dict[tuple[str, str], str] = {}  # (group, kind) -> preferred version
+        self._refreshed_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        resources: dict[tuple[str, str], Resource] = {}
+        preferred: dict[tuple[str, str], str] = {}
+        for path in ("/api", "/apis"):
+            document = await self._kube.request("GET", path, accept=_AGGREGATED)
+            for group_doc in document.get("items") or []:
+                group = (group_doc.get("metadata") or {}).get("name", "")
+                for index, version_doc in enumerate(group_doc.get("versions") or []):
+                    version = version_doc["version"]
+                    for res in version_doc.get("resources") or []:
+                        kind = (res.get("responseKind") or {}).get("kind")
+                        if not kind:
+                            continue
+                        api_version = f"{group}/{version}" if group else version
+                        resources[(api_version, kind)] = Resource(
+                            group, version, kind, res["resource"], res.get("scope") == "Namespaced")
+                        if index == 0:  # versions are listed in preference order
+                            preferred.setdefault((group, kind), version)
+        self._resources, self._preferred = resources, preferred
+        self._refreshed_at = time.monotonic()
+
+    def cached(self, api_version: str, kind: str) -> Resource | None:
+        return self._resources.get((api_version, kind))
+
+    async def resource(self, api_version: str, kind: str) -> Resource:
+        """The resource serving this kind, refreshing discovery once on a miss."""
+        found = self._resources.get((api_version, kind))
+        if found is not None:
+            return found
+        async with self._lock:
+            found = self._resources.get((api_version, kind))
+            if found is None:
+                wait = _MIN_REFRESH_INTERVAL_S - (time.monotonic() - self._refreshed_at)
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                await self.refresh()
+                found = self._resources.get((api_version, kind))
+        if found is None:
+            raise UnknownKind(api_version, kind)
+        return found
+
+    async def resource_for_ref(self, ref: ObjectRef, version: str) -> Resource:
+        """Resource of an inventory entry; falls back to the preferred version if that one is gone."""
+        api_version = f"{ref.group}/{version}" if ref.group else version
+        try:
+            return await self.resource(api_version, ref.kind)
+        except UnknownKind:
+            preferred = self._preferred.get((ref.group, ref.kind))
+            if preferred is None:
+                raise
+            return await self.resource(f"{ref.group}/{preferred}" if ref.group else preferred, ref.kind)
+
+    def register_crd(self, crd: JSON) -> None:
+        """Record the kinds an Established CRD serves (saves a discovery refresh)."""
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        for version in spec.get("versions") or []:
+            if version.get("served"):
+                key = (f"{spec['group']}/{version['name']}", names.get("kind", ""))
+                self._resources[key] = Resource(spec["group"], version["name"], names.get("kind", ""),
+                                                names.get("plural", ""), spec.get("scope") == "Namespaced")
+                if version.get("storage"):
+                    self._preferred[(spec["group"], names.get("kind", ""))] = version["name"]
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        return (api_version, kind) in self._resources

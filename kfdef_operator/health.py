@@ -1,0 +1,136 @@
+"""Readiness of live objects (pure).
+
+``assess(obj)`` says whether an applied object is doing its job: Deployments
+Available at the current generation, StatefulSets and DaemonSets fully
+ready, Jobs complete, CRDs Established, APIServices Available. Every other
+kind is ready once it exists.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable
+
+JSON = dict[str, Any]
+
+
+class State(enum.Enum):
+    READY = "ready"
+    PROGRESSING = "progressing"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Health:
+    state: State
+    message: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state is State.READY
+
+
+READY = Health(State.READY)
+
+
+def _condition(obj: JSON, type_: str) -> JSON | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def _is_true(obj: JSON, type_: str) -> bool:
+    cond = _condition(obj, type_)
+    return bool(cond and cond.get("status") == "True")
+
+
+def _generation_observed(obj: JSON) -> bool:
+    status = obj.get("status") or {}
+    return status.get("observedGeneration", 0) >= (obj.get("metadata") or {}).get("generation", 0)
+
+
+def _deployment(obj: JSON) -> Health:
+    progressing = _condition(obj, "Progressing")
+    if progressing and progressing.get("reason") == "ProgressDeadlineExceeded":
+        return Health(State.FAILED, f"rollout stuck: {progressing.get('message', '')}")
+    if not _generation_observed(obj):
+        return Health(State.PROGRESSING, "rollout not observed yet")
+    status = obj.get("status") or {}
+    want = (obj.get("spec") or {}).get("replicas", 1)
+    if status.get("updatedReplicas", 0) < want:
+        return Health(State.PROGRESSING, f"{status.get('updatedReplicas', 0)}/{want} replicas updated")
+    if not _is_true(obj, "Available"):
+        return Health(State.PROGRESSING, f"{status.get('availableReplicas', 0)}/{want} replicas available")
+    return READY
+
+
+def _replicas_ready(obj: JSON) -> Health:
+    if not _generation_observed(obj):
+        return Health(State.PROGRESSING, "rollout not observed yet")
+    status = obj.get("status") or {}
+    want = (obj.get("spec") or {}).get("replicas", 1)
+    ready = status.get("readyReplicas", 0)
+    if ready < want:
+        return Health(State.PROGRESSING, f"{ready}/{want} replicas ready")
+    return READY
+
+
+def _daemonset(obj: JSON) -> Health:
+    if not _generation_observed(obj):
+        return Health(State.PROGRESSING, "rollout not observed yet")
+    status = obj.get("status") or {}
+    want, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
+    if ready < want:
+        return Health(State.PROGRESSING, f"{ready}/{want} pods ready")
+    return READY
+
+
+def _job(obj: JSON) -> Health:
+    if _is_true(obj, "Failed"):
+        return Health(State.FAILED, (_condition(obj, "Failed") or {}).get("message", "job failed"))
+    if _is_true(obj, "Complete"):
+        return READY
+    return Health(State.PROGRESSING, "job not complete")
+
+
+def _crd(obj: JSON) -> Health:
+    names = _condition(obj, "NamesAccepted")
+    if names and names.get("status") == "False":
+        return Health(State.FAILED, f"names not accepted: {names.get('message', '')}")
+    if _is_true(obj, "Established"):
+        return READY
+    return Health(State.PROGRESSING, "not Established yet")
+
+
+def _apiservice(obj: JSON) -> Health:
+    if _is_true(obj, "Available"):
+        return READY
+    cond = _condition(obj, "Available") or {}
+    return Health(State.PROGRESSING, f"not Available: {cond.get('message', 'no status yet')}")
+
+
+_ASSESSORS: dict[tuple[str, str], Callable[[JSON], Health]] = {
+    ("apps", "Deployment"): _deployment,
+    ("apps", "StatefulSet"): _replicas_ready,
+    ("apps", "ReplicaSet"): _replicas_ready,
+    ("apps", "DaemonSet"): _daemonset,
+    ("batch", "Job"): _job,
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): _crd,
+    ("apiregistration.k8s.io", "APIService"): _apiservice,
+}
+
+
+def has_health(group: str, kind: str) -> bool:
+    """Whether readiness of this kind depends on its status (else: ready once it exists)."""
+    return (group, kind) in _ASSESSORS
+
+
+def assess(obj: JSON) -> Health:
+    """Readiness of one live object."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return Health(State.PROGRESSING, "being deleted")
+    group = obj.get("apiVersion", "").rpartition("/")[0]
+    assessor = _ASSESSORS.get((group, obj.get("kind", "")))
+    return assessor(obj) if assessor else READY

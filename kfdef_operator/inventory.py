@@ -1,0 +1,78 @@
+"""Object identities and the inventory kept in ``status.inventory`` (pure).
+
+An inventory entry is ``{"id": "<namespace>_<name>_<group>_<Kind>", "v": "<version>"}``
+(about 60 bytes; Flux's format). Namespaces, groups and kinds never contain
+``_``, so an id splits unambiguously even when an RBAC name does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    """Which object: API group, kind, namespace ("" when cluster-scoped) and name. Version is apart."""
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}_{self.name}_{self.group}_{self.kind}"
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        group = f".{self.group}" if self.group else ""
+        return f"{self.kind}{group} {where}{self.name}"
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """``apps/v1`` -> (``apps``, ``v1``); ``v1`` -> (``""``, ``v1``)."""
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def ref_of(obj: JSON) -> ObjectRef:
+    group, _ = split_api_version(obj.get("apiVersion", ""))
+    meta = obj.get("metadata") or {}
+    return ObjectRef(group, obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", ""))
+
+
+def version_of(obj: JSON) -> str:
+    return split_api_version(obj.get("apiVersion", ""))[1]
+
+
+def parse_id(entry_id: str) -> ObjectRef:
+    """Inverse of :attr:`ObjectRef.id`; the name is whatever lies between namespace and group."""
+    parts = entry_id.split("_")
+    if len(parts) < 4:
+        raise ValueError(f"malformed inventory id {entry_id!r}")
+    return ObjectRef(group=parts[-2], kind=parts[-1], namespace=parts[0], name="_".join(parts[1:-2]))
+
+
+def encode(objects: Iterable[JSON]) -> list[JSON]:
+    """Inventory entries for objects, in the order given."""
+    return [{"id": ref_of(obj).id, "v": version_of(obj)} for obj in objects]
+
+
+def decode(entries: Iterable[JSON] | None) -> dict[ObjectRef, str]:
+    """Entries back to {ref: version}, skipping malformed ones (an inventory must never block teardown)."""
+    decoded: dict[ObjectRef, str] = {}
+    for entry in entries or []:
+        try:
+            decoded[parse_id(entry["id"])] = entry.get("v", "")
+        except (KeyError, ValueError, AttributeError):
+            continue
+    return decoded
+
+
+def stale(previous: dict[ObjectRef, str], current: Iterable[ObjectRef]) -> dict[ObjectRef, str]:
+    """What the previous inventory holds and the current render no longer does: the prune set."""
+    keep = set(current)
+    return {ref: version for ref, version in previous.items() if ref not in keep}

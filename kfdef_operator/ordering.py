@@ -1,0 +1,112 @@
+"""Apply stages and teardown order (pure).
+
+Install follows kfctl's InstallOrder, split into stages the way GitOps
+engines do it, so that nothing is applied before what it needs exists:
+
+1. ``prerequisites``: Namespaces, CRDs and cluster-wide classes/quotas. The
+   apply engine waits for every CRD to be Established before stage 2.
+2. ``resources``: everything else, including custom resources, in kind order.
+3. ``admission``: webhook configurations, admission policies and APIServices
+   last, so that a webhook whose backend is not up yet cannot reject the
+   stack's own objects.
+
+Teardown reverses it: admission first (so webhooks cannot block deletes),
+then custom resources (while their controllers still run), then the rest,
+then CRDs and finally Namespaces.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence, TypeVar
+
+PREREQUISITES = "prerequisites"
+RESOURCES = "resources"
+ADMISSION = "admission"
+STAGES = (PREREQUISITES, RESOURCES, ADMISSION)
+
+# kfctl InstallOrder (pkg/utils/kindsorter.go), extended with kinds it did not know.
+_INSTALL_ORDER = [
+    "Namespace", "ResourceQuota", "LimitRange", "PodSecurityPolicy", "PriorityClass", "StorageClass",
+    "IngressClass", "RuntimeClass", "CustomResourceDefinition",
+    "Secret", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "ServiceAccount",
+    "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "NetworkPolicy", "Service",
+    "DaemonSet", "Pod", "ReplicationController", "ReplicaSet", "Deployment", "HorizontalPodAutoscaler",
+    "StatefulSet", "Job", "CronJob", "PodDisruptionBudget", "Ingress",
+]
+_ADMISSION_ORDER = [
+    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "APIService",
+]
+_PREREQUISITE_KINDS = frozenset(_INSTALL_ORDER[: _INSTALL_ORDER.index("CustomResourceDefinition") + 1])
+_ADMISSION_KINDS = frozenset(_ADMISSION_ORDER)
+_RANK = {kind: i for i, kind in enumerate(_INSTALL_ORDER)}
+_UNKNOWN_RANK = len(_INSTALL_ORDER)  # custom resources and unlisted kinds: after every known kind
+_ADMISSION_RANK = {kind: _UNKNOWN_RANK + 1 + i for i, kind in enumerate(_ADMISSION_ORDER)}
+
+# Kinds whose deletion cascades to many others: removed last at teardown.
+_TEARDOWN_LAST = ("CustomResourceDefinition", "Namespace")
+
+T = TypeVar("T")
+
+
+def stage_of(kind: str) -> str:
+    """The apply stage of a kind."""
+    if kind in _PREREQUISITE_KINDS:
+        return PREREQUISITES
+    if kind in _ADMISSION_KINDS:
+        return ADMISSION
+    return RESOURCES
+
+
+def install_rank(kind: str) -> int:
+    """Sort key of a kind within an install (lower first)."""
+    if kind in _ADMISSION_RANK:
+        return _ADMISSION_RANK[kind]
+    return _RANK.get(kind, _UNKNOWN_RANK)
+
+
+_BUILTIN_GROUPS = frozenset({
+    "", "apps", "batch", "policy", "autoscaling", "extensions", "networking.k8s.io", "rbac.authorization.k8s.io",
+    "storage.k8s.io", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io",
+    "scheduling.k8s.io", "coordination.k8s.io", "node.k8s.io", "discovery.k8s.io", "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io", "certificates.k8s.io", "resource.k8s.io", "storagemigration.k8s.io",
+    "internal.apiserver.k8s.io",
+})
+
+
+def is_custom_group(group: str) -> bool:
+    """Whether objects of this API group are custom resources (served through a CRD or an APIService)."""
+    return group not in _BUILTIN_GROUPS
+
+
+def group_by_stage(items: Sequence[T], kind_of) -> dict[str, list[T]]:
+    """Items split into stages, each sorted by install rank (stable for equal kinds)."""
+    stages: dict[str, list[T]] = {stage: [] for stage in STAGES}
+    for item in sorted(items, key=lambda i: install_rank(kind_of(i))):
+        stages[stage_of(kind_of(item))].append(item)
+    return stages
+
+
+def teardown_waves(items: Iterable[T], kind_of, *, is_custom) -> list[list[T]]:
+    """Items in the waves a teardown deletes them in; each wave is waited on before the next.
+
+    ``is_custom(item)`` tells custom resources apart: they go right after
+    admission objects, while the controllers that may hold their finalizers
+    still run.
+    """
+    admission, custom, rest, crds, namespaces = [], [], [], [], []
+    for item in items:
+        kind = kind_of(item)
+        if kind in _ADMISSION_KINDS:
+            admission.append(item)
+        elif kind == "CustomResourceDefinition":
+            crds.append(item)
+        elif kind == "Namespace":
+            namespaces.append(item)
+        elif is_custom(item):
+            custom.append(item)
+        else:
+            rest.append(item)
+    rest.sort(key=lambda i: install_rank(kind_of(i)), reverse=True)
+    return [wave for wave in (admission, custom, rest, crds, namespaces) if wave]

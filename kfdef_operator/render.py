@@ -1,0 +1,563 @@
+"""Render a KfDef's applications into objects exactly as kfctl (v1.1+) did, but with today's kustomize.
+
+Three modes, chosen per KfDef / application (reference sections 5 and 6):
+
+* **legacy** (default): ``<repo>/<repoRef.path>`` is copied to ``<workdir>/kustomize/<app>/`` and a
+  ``kustomization.yaml`` is generated there that merges ``base/`` and the named ``overlays/<name>/`` with
+  kfctl's rules (``merge_package``), after rewriting their ``params.env`` files (``rewrite_params_env``).
+* **plain**: the package has no ``base/kustomization.yaml`` but a root kustomization; it is used as is
+  (overlays and parameters ignored, as kfctl did). Instead of editing it to default the namespace, a wrapper
+  ``<workdir>/wrappers/<app>/kustomization.yaml`` includes it and sets the KfDef namespace when the package
+  sets none.
+* **stacks**: an application named ``kubeflow-apps`` exists; every application gets a thin wrapper
+  ``<workdir>/kustomize/<app>/kustomization.yaml`` whose only resource is the package (in the repo copy).
+  No namespace, overlays or parameters.
+
+All builds use kustomize's load restrictor ``none`` (kfctl >= 1.1 did).
+
+kustomize v3.2 (kfctl's) vs v5, handled in the work-dir copy (the source cache is never modified):
+
+* Top-level ``namespace:`` in v5 also renames ``Namespace`` objects; v3 did not. Every kustomization we
+  generate, and every kustomization file in a copied package, sets its namespace through an explicit
+  ``NamespaceTransformer`` (listed under ``transformers:``) whose only field spec is ``metadata/namespace``
+  (RoleBinding subjects are still updated, as in v3), so Namespace objects keep their names. Stacks
+  reference files anywhere in their repo, so in stacks mode each repo is copied whole to
+  ``<workdir>/repos/<name>/`` (again only when its revision changes) and rewritten the same way.
+* v5 fails on field-spec paths with numeric indexes (``containers/0/env/0/value``) in ``configurations``
+  files; v3.2 silently skipped them, so we drop those entries from the copies (same result).
+* ``bases:`` is deprecated in v5; generated kustomizations list them under ``resources:`` after the
+  resources, which is where v3 and v5 put them when loading.
+
+Deliberate deviations from kfctl:
+
+* ``generateName`` in ``params.env`` gets 8 hex characters derived from the KfDef uid (or namespace/name)
+  and the application name instead of random ones, so re-rendering is stable and does not churn objects.
+* kfctl required ``base/`` to hold a file named like the first strategic-merge patch (kubeflow/kubeflow#3490);
+  we do not.
+* ``crds:`` paths of overlays are re-expressed relative to the package root like the other paths (kfctl
+  left them unchanged, which could only fail).
+* The work directory is always regenerated (kfctl skipped generation when ``kustomize/`` existed).
+* json6902 patch groups keep first-seen order (kfctl iterated a Go map: random order).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import logging
+import os
+import posixpath
+import re
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+
+import yaml
+
+from . import kustomize
+from .model import Application, KfDef, Parameter, project_of
+from .sources import ResolvedSource
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["legacy", "stacks", "plain"]
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+NAMESPACE_TRANSFORMER_FILE = "kfdef-namespace-transformer.yaml"
+PARAMS_ENV = "params.env"
+_AUTO_FILLED = ("appName", "namespace", "project")
+
+
+@dataclass(frozen=True)
+class RenderedApplication:
+    """One application's objects, in kustomize's output order, with how long rendering took."""
+
+    name: str
+    mode: Mode
+    objects: list[dict[str, Any]]
+    seconds: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+
+class RenderError(RuntimeError):
+    """An application could not be rendered; ``application`` names it."""
+
+    def __init__(self, application: str, message: str):
+        self.application = application
+        self.message = message
+        super().__init__(f"application {application!r}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure part: params.env rewriting and kfctl's kustomization merge, on text and dicts only.
+# ---------------------------------------------------------------------------------------------------------
+
+def generate_name_suffix(kfdef: KfDef, application: str) -> str:
+    """8 hex characters standing in for kfctl's random ``generateName`` suffix, stable per KfDef and app."""
+    identity = kfdef.uid or f"{kfdef.namespace}/{kfdef.name}"
+    return hashlib.sha256(f"{identity}:{application}".encode()).hexdigest()[:8]
+
+
+def rewrite_params_env(text: str, parameters: Sequence[Parameter], *, app_name: str, namespace: str,
+                       project: str, generate_name_suffix: str) -> str:
+    """kfctl's ``params.env`` rewrite (reference 5.2).
+
+    A line whose key has a parameter with a non-empty value becomes ``key=value`` (``generateName`` gets
+    ``generate_name_suffix`` appended when the file's value is empty). Otherwise ``appName``, ``namespace``
+    and ``project`` are overwritten with the KfDef's name, namespace and GCP project. Parameters the file does
+    not mention are dropped; every line is written back newline-terminated.
+    """
+    values = {p.name: p.value for p in parameters}
+    auto = {"appName": app_name, "namespace": namespace, "project": project}
+    lines = []
+    for line in text.splitlines():
+        key, _, current = line.partition("=")
+        value = values.get(key, "")
+        if value:
+            if key == "generateName" and current == "":
+                value += generate_name_suffix
+            line = f"{key}={value}"
+        elif key in auto:
+            line = f"{key}={auto[key]}"
+        lines.append(line + "\n")
+    return "".join(lines)
+
+
+@dataclass
+class MergedPackage:
+    """The generated kustomization (kfctl's form: ``bases:`` and ``namespace:`` kept) plus side files.
+
+    ``json6902_files`` maps each aggregated patch file to the patch files (relative to the package root)
+    concatenated into it, in order.
+    """
+
+    kustomization: dict[str, Any]
+    json6902_files: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _is_remote(reference: str) -> bool:
+    return "://" in reference or reference.startswith(("github.com/", "git@"))
+
+
+def _rebase(child_dir: str, reference: str) -> str:
+    """A path written in ``child_dir``'s kustomization, re-expressed relative to the package root."""
+    if _is_remote(reference) or "\n" in reference:  # remote targets and inline patches stay as they are
+        return reference
+    return posixpath.normpath(posixpath.join(child_dir, reference))
+
+
+class _KustomizationMerger:
+    """kfctl's ``MergeKustomization``: folds base and overlay kustomizations into one parent."""
+
+    _LIST_FIELDS = ("bases", "resources", "crds", "images", "vars", "configMapGenerator", "secretGenerator",
+                    "patchesStrategicMerge", "patchesJson6902", "configurations")
+
+    def __init__(self) -> None:
+        self.parent: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                                       "namespace": "", "namePrefix": "", "nameSuffix": "", "commonLabels": {},
+                                       "commonAnnotations": {}, "generatorOptions": None}
+        for name in self._LIST_FIELDS:
+            self.parent[name] = []
+        self.seen: dict[str, set[str]] = {name: set() for name in self._LIST_FIELDS}
+        self.warnings: list[str] = []
+
+    def _add_once(self, list_field: str, key: str, value: Any) -> bool:
+        if key in self.seen[list_field]:
+            return False
+        self.seen[list_field].add(key)
+        self.parent[list_field].append(value)
+        return True
+
+    def merge(self, child_dir: str, child: Mapping[str, Any]) -> None:
+        if child.get("bases") is None:
+            # No bases: the child directory itself becomes a base and nothing else of it is merged.
+            self._add_once("bases", child_dir, child_dir)
+            return
+        for base in child["bases"]:
+            if not self._add_once("bases", _rebase(child_dir, base), _rebase(child_dir, base)):
+                self.seen["bases"].add(child_dir)
+        for key in ("namePrefix", "nameSuffix"):
+            if child.get(key) and not self.parent[key]:
+                self.parent[key] = child[key]
+        for key in ("commonLabels", "commonAnnotations"):
+            self.parent[key].update(child.get(key) or {})
+        if child.get("generatorOptions") and self.parent["generatorOptions"] is None:
+            self.parent["generatorOptions"] = copy.deepcopy(child["generatorOptions"])
+        for list_field in ("resources", "patchesStrategicMerge", "configurations", "crds"):
+            for reference in child.get(list_field) or ():
+                rebased = _rebase(child_dir, reference)
+                self._add_once(list_field, rebased, rebased)
+        for list_field in ("images", "vars"):
+            for entry in child.get(list_field) or ():
+                if not self._add_once(list_field, entry.get("name", ""), copy.deepcopy(entry)):
+                    self.warnings.append(f"ignoring {list_field[:-1]} {entry.get('name')!r} of {child_dir}: "
+                                         "an earlier kustomization already set it")
+        for entry in child.get("configMapGenerator") or ():
+            self._merge_generator("configMapGenerator", child_dir, entry, self._config_map_args(child_dir, entry))
+        for entry in child.get("secretGenerator") or ():
+            self._merge_generator("secretGenerator", child_dir, entry, self._secret_args(child_dir, entry))
+        for patch in child.get("patchesJson6902") or ():
+            merged = {"target": copy.deepcopy(patch.get("target") or {})}
+            if patch.get("path"):
+                merged["path"] = _rebase(child_dir, patch["path"])
+            elif patch.get("patch"):
+                merged["patch"] = patch["patch"]
+            key = f"{merged.get('path', merged.get('patch'))}-{merged['target'].get('name', '')}"
+            self._add_once("patchesJson6902", key, merged)
+
+    @staticmethod
+    def _rebased_sources(child_dir: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """kfctl's ``updateGeneratorArgs``: env files rebased; every ``files`` item overwrites ``env`` (a bug
+        kept for fidelity: a ``files:`` list ends up as one env file)."""
+        args: dict[str, Any] = {}
+        if entry.get("envs"):
+            args["envs"] = [_rebase(child_dir, e) for e in entry["envs"]]
+        if entry.get("env"):
+            args["env"] = _rebase(child_dir, entry["env"])
+        for file_source in entry.get("files") or ():
+            args["env"] = _rebase(child_dir, file_source.rpartition("=")[2])
+        if entry.get("literals"):
+            args["literals"] = list(entry["literals"])
+        return args
+
+    def _config_map_args(self, child_dir: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        args = {"name": entry.get("name", "")}
+        if entry.get("namespace"):
+            args["namespace"] = entry["namespace"]
+        args.update(self._rebased_sources(child_dir, entry))
+        return args
+
+    def _secret_args(self, child_dir: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+        args = copy.deepcopy(dict(entry))
+        args.pop("env", None)
+        args.pop("envs", None)
+        args.update(self._rebased_sources(child_dir, entry))
+        return args
+
+    def _merge_generator(self, list_field: str, child_dir: str, entry: Mapping[str, Any],
+                         args: dict[str, Any]) -> None:
+        behavior = (entry.get("behavior") or "").lower()
+        name = args.get("name", "")
+        if behavior == "create":
+            args["behavior"] = "create"
+            if not self._add_once(list_field, name, args):
+                self.warnings.append(f"ignoring {list_field} {name!r} of {child_dir}: already created")
+            return
+        args["behavior"] = behavior if behavior in ("merge", "replace") else "unspecified"
+        self.seen[list_field].add(name)
+        self.parent[list_field].append(args)
+
+
+def merge_package(base: Mapping[str, Any] | None, overlays: Sequence[tuple[str, Mapping[str, Any]]],
+                  parameters: Sequence[Parameter], default_namespace: str) -> MergedPackage:
+    """kfctl's ``MergeKustomizations`` + namespace defaulting (reference 5.1), on parsed kustomizations.
+
+    ``base`` is ``base/kustomization.yaml`` (None when absent); ``overlays`` are ``(name, kustomization)`` of
+    ``overlays/<name>/`` in the KfDef's order.
+    """
+    merger = _KustomizationMerger()
+    if base is not None:
+        merger.merge("base", base)
+    for parameter in parameters:
+        if parameter.name == "namespace":
+            merger.parent["namespace"] = parameter.value
+    for name, overlay in overlays:
+        merger.merge(f"overlays/{name}", overlay)
+    json6902_files = _aggregate_json6902(merger.parent)
+    if not merger.parent["namespace"]:
+        merger.parent["namespace"] = default_namespace
+    kustomization = {k: v for k, v in merger.parent.items() if v not in ("", None, [], {})}
+    return MergedPackage(kustomization, json6902_files, merger.warnings)
+
+
+def _aggregate_json6902(parent: dict[str, Any]) -> dict[str, list[str]]:
+    """Step 6: one patch entry and one concatenated file ``<name>-<Kind>.yaml`` per target name and kind."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for patch in parent["patchesJson6902"]:
+        target = patch["target"]
+        groups.setdefault(f"{target.get('name', '')}-{target.get('kind', '')}", []).append(patch)
+    parent["patchesJson6902"] = [{"target": patches[0]["target"], "path": f"{key}.yaml"}
+                                 for key, patches in groups.items()]
+    return {f"{key}.yaml": [p["path"] for p in patches if "path" in p] for key, patches in groups.items()}
+
+
+def namespace_transformer(namespace: str) -> dict[str, Any]:
+    """A NamespaceTransformer that sets ``metadata.namespace`` but, unlike v5's default, leaves the names
+    of Namespace objects alone (kustomize v3 behaviour)."""
+    return {"apiVersion": "builtin", "kind": "NamespaceTransformer",
+            "metadata": {"name": "kfdef-namespace", "namespace": namespace},
+            "fieldSpecs": [{"path": "metadata/namespace", "create": True}]}
+
+
+def namespace_as_transformer(kustomization: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Move ``namespace:`` into a transformer (returned, to be written to ``NAMESPACE_TRANSFORMER_FILE``)."""
+    result = dict(kustomization)
+    namespace = result.pop("namespace", None)
+    if not namespace:
+        return result, None
+    result["transformers"] = list(result.get("transformers") or []) + [NAMESPACE_TRANSFORMER_FILE]
+    return result, namespace_transformer(namespace)
+
+
+def for_kustomize_v5(kustomization: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Rewrite a generated v3-era kustomization for v5: ``bases:`` move to the end of ``resources:`` and
+    ``namespace:`` becomes a transformer (``namespace_as_transformer``)."""
+    result = dict(kustomization)
+    bases = result.pop("bases", None) or []
+    if bases:
+        result["resources"] = list(result.get("resources") or []) + list(bases)
+    return namespace_as_transformer(result)
+
+
+_NUMERIC_SEGMENT = re.compile(r"(^|/)\d+(/|$)")
+
+
+def drop_numeric_field_specs(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Drop field specs whose path has a numeric index (v3.2 skipped them, v5 fails on them).
+
+    ``config`` is a transformer configuration (``configurations:`` file); returns it and the dropped paths.
+    """
+    result: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, specs in config.items():
+        if key == "nameReference" and isinstance(specs, list):
+            result[key] = []
+            for reference in specs:
+                reference = dict(reference)
+                kept = _keep_specs(reference.get("fieldSpecs") or [], dropped)
+                reference["fieldSpecs"] = kept
+                result[key].append(reference)
+        elif isinstance(specs, list):
+            result[key] = _keep_specs(specs, dropped)
+        else:
+            result[key] = specs
+    return result, dropped
+
+
+def _keep_specs(specs: Iterable[Any], dropped: list[str]) -> list[Any]:
+    kept = []
+    for spec in specs:
+        path = spec.get("path", "") if isinstance(spec, Mapping) else ""
+        if _NUMERIC_SEGMENT.search(path):
+            dropped.append(path)
+        else:
+            kept.append(spec)
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files and subprocesses.
+# ---------------------------------------------------------------------------------------------------------
+
+def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *, max_workers: int = 4,
+           progress: Callable[[RenderedApplication], None] | None = None,
+           timeout: float = 120) -> list[RenderedApplication]:
+    """Render every application of ``kfdef`` (in parallel) and return them in spec order.
+
+    ``sources`` maps repo names to resolved local trees; ``workdir`` is this KfDef's private work directory
+    (its ``kustomize/`` and ``wrappers/`` are recreated). ``progress`` is called as each application finishes.
+    Raises ``RenderError`` naming the first failing application in spec order (and how many others failed).
+    """
+    workdir = Path(workdir).resolve()
+    for sub in ("kustomize", "wrappers"):
+        shutil.rmtree(workdir / sub, ignore_errors=True)
+    (workdir / "kustomize").mkdir(parents=True)
+
+    if kfdef.uses_stacks:
+        sources = {name: _stacks_copy(source, workdir) for name, source in sources.items()}
+
+    def one(app: Application) -> RenderedApplication:
+        started = time.monotonic()
+        mode, build_dir, warnings = _prepare(kfdef, app, sources, workdir)
+        objects = kustomize.build(build_dir, load_restrictor_none=True, timeout=timeout, application=app.name)
+        result = RenderedApplication(app.name, mode, objects, time.monotonic() - started, tuple(warnings))
+        if progress:
+            progress(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="render") as pool:
+        futures = [pool.submit(one, app) for app in kfdef.applications]
+    results, failures = [], []
+    for app, future in zip(kfdef.applications, futures):
+        error = future.exception()
+        if error is None:
+            results.append(future.result())
+        else:
+            failures.append((app.name, error))
+    if failures:
+        name, error = failures[0]
+        message = _describe(error)
+        if len(failures) > 1:
+            message += f" (and {len(failures) - 1} more failed: {', '.join(n for n, _ in failures[1:])})"
+        raise RenderError(name, message) from error
+    return results
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, RenderError):
+        return error.message
+    if isinstance(error, (kustomize.KustomizeError, OSError)):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def _prepare(kfdef: KfDef, app: Application, sources: Mapping[str, ResolvedSource],
+             workdir: Path) -> tuple[Mode, Path, list[str]]:
+    """Write the kustomization(s) for ``app``; return its mode, the directory to build and warnings."""
+    if app.kustomize_config is None:
+        raise RenderError(app.name, "has no kustomizeConfig")
+    ref = app.kustomize_config.repo_ref
+    source = sources.get(ref.name)
+    if source is None:
+        raise RenderError(app.name, f"repo {ref.name!r} was not resolved")
+    package = _package_dir(app, source)
+    app_dir = workdir / "kustomize" / app.name
+    if kfdef.uses_stacks:
+        _write_yaml(app_dir / "kustomization.yaml", {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(package, app_dir)]})
+        return "stacks", app_dir, []
+    shutil.copytree(package, app_dir, symlinks=False)
+    root_before = _read_kustomization(app_dir, app.name)
+    warnings = _make_copy_v5_compatible(app_dir, app.name)
+    base = _read_kustomization(app_dir / "base", app.name)
+    if base is None:
+        if root_before is None:
+            raise RenderError(app.name, f"{ref.name}:{ref.path} has neither base/kustomization.yaml nor a "
+                                        "kustomization.yaml; check repoRef.path")
+        return "plain", _write_plain_wrapper(kfdef, app, app_dir, root_before), warnings
+    _write_legacy_kustomization(kfdef, app, app_dir, base, warnings)
+    return "legacy", app_dir, warnings
+
+
+def _stacks_copy(source: ResolvedSource, workdir: Path) -> ResolvedSource:
+    """``source`` copied to ``<workdir>/repos/<name>/`` and made v5-compatible: stacks reference files all
+    over the repo, so the whole tree is copied. Reused while the revision is unchanged."""
+    target = workdir / "repos" / source.name
+    marker = target / ".kfdef-revision"
+    if not (marker.is_file() and marker.read_text() == source.revision):
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source.local_path, target, symlinks=True)
+        for warning in _make_copy_v5_compatible(target, source.name):
+            log.warning("repo %s: %s", source.name, warning)
+        marker.write_text(source.revision)
+    return dataclasses.replace(source, local_path=target)
+
+
+def _package_dir(app: Application, source: ResolvedSource) -> Path:
+    ref = app.kustomize_config.repo_ref  # type: ignore[union-attr]
+    root = source.local_path.resolve()
+    package = (root / ref.path).resolve()
+    if package != root and root not in package.parents:
+        raise RenderError(app.name, f"repoRef.path {ref.path!r} leaves repo {ref.name!r}")
+    if not package.is_dir():
+        raise RenderError(app.name, f"repoRef.path {ref.path!r} does not exist in repo {ref.name!r} "
+                                    f"({source.uri} at {source.revision[:12]})")
+    return package
+
+
+def _write_legacy_kustomization(kfdef: KfDef, app: Application, app_dir: Path, base: Mapping[str, Any],
+                                warnings: list[str]) -> None:
+    config = app.kustomize_config
+    assert config is not None
+    overlays = []
+    for name in config.overlays:
+        overlay_dir = app_dir / "overlays" / name
+        if not overlay_dir.is_dir():
+            available = sorted(p.name for p in (app_dir / "overlays").glob("*") if p.is_dir())
+            raise RenderError(app.name, f"overlay {name!r} does not exist in {config.repo_ref.path}/overlays/ "
+                                        f"(available: {', '.join(available) or 'none'}); fix "
+                                        "kustomizeConfig.overlays")
+        overlay = _read_kustomization(overlay_dir, app.name)
+        if overlay is None:
+            raise RenderError(app.name, f"overlay {name!r} has no kustomization.yaml")
+        overlays.append((name, overlay))
+    for directory in [app_dir / "base"] + [app_dir / "overlays" / name for name, _ in overlays]:
+        params_file = directory / PARAMS_ENV
+        if params_file.is_file():
+            params_file.write_text(rewrite_params_env(
+                params_file.read_text(), config.parameters, app_name=kfdef.name, namespace=kfdef.namespace,
+                project=project_of(kfdef), generate_name_suffix=generate_name_suffix(kfdef, app.name)))
+    merged = merge_package(base, overlays, config.parameters, kfdef.namespace)
+    warnings.extend(merged.warnings)
+    for aggregated, parts in merged.json6902_files.items():
+        with open(app_dir / aggregated, "ab") as out:  # kfctl appended, so a file already there is kept
+            for part in parts:
+                if (app_dir / part).is_file():
+                    out.write((app_dir / part).read_bytes())
+    _write_kustomization_for_v5(app_dir, merged.kustomization)
+
+
+def _write_plain_wrapper(kfdef: KfDef, app: Application, app_dir: Path, root: Mapping[str, Any]) -> Path:
+    wrapper_dir = app_dir.parent.parent / "wrappers" / app.name
+    wrapper: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                               "resources": [os.path.relpath(app_dir, wrapper_dir)]}
+    if not root.get("namespace"):
+        wrapper["namespace"] = kfdef.namespace
+    _write_kustomization_for_v5(wrapper_dir, wrapper)
+    return wrapper_dir
+
+
+def _write_kustomization_for_v5(directory: Path, kustomization: Mapping[str, Any]) -> None:
+    converted, transformer = for_kustomize_v5(kustomization)
+    if transformer is not None:
+        _write_yaml(directory / NAMESPACE_TRANSFORMER_FILE, transformer)
+    _write_yaml(directory / "kustomization.yaml", converted)
+
+
+def _make_copy_v5_compatible(app_dir: Path, application: str) -> list[str]:
+    """Rewrite every kustomization file of the copied package for v5 (see module docstring)."""
+    warnings: list[str] = []
+    for directory, _, files in os.walk(app_dir):
+        directory_path = Path(directory)
+        name = next((f for f in KUSTOMIZATION_FILES if f in files), None)
+        if name is None:
+            continue
+        kustomization = _read_kustomization(directory_path, application)
+        assert kustomization is not None
+        for config_name in kustomization.get("configurations") or ():
+            config_path = directory_path / config_name
+            if config_path.is_file():
+                warnings.extend(_sanitize_configuration(config_path, app_dir))
+        converted, transformer = namespace_as_transformer(kustomization)
+        if transformer is not None:
+            _write_yaml(directory_path / NAMESPACE_TRANSFORMER_FILE, transformer)
+            _write_yaml(directory_path / name, converted)
+    return warnings
+
+
+def _sanitize_configuration(path: Path, app_dir: Path) -> list[str]:
+    config = yaml.load(path.read_text(), Loader=kustomize.SafeLoader)
+    if not isinstance(config, Mapping):
+        return []
+    cleaned, dropped = drop_numeric_field_specs(config)
+    if not dropped:
+        return []
+    _write_yaml(path, cleaned)
+    return [f"{path.relative_to(app_dir)}: dropped field specs with numeric indexes (kustomize v3 ignored "
+            f"them, v5 rejects them): {', '.join(dropped)}"]
+
+
+def _read_kustomization(directory: Path, application: str) -> dict[str, Any] | None:
+    for name in KUSTOMIZATION_FILES:
+        path = directory / name
+        if path.is_file():
+            try:
+                loaded = yaml.load(path.read_text(), Loader=kustomize.SafeLoader)
+            except yaml.YAMLError as exc:
+                raise RenderError(application, f"{path.name} in {directory.name}/ is not valid YAML: {exc}") from None
+            if loaded is None:
+                return {}
+            if not isinstance(loaded, dict):
+                raise RenderError(application, f"{path} is not a kustomization (a YAML object)")
+            return loaded
+    return None
+
+
+def _write_yaml(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.dump(data, Dumper=kustomize.SafeDumper, sort_keys=False, default_flow_style=False))

@@ -1,0 +1,72 @@
+"""``kfdef-operator run``: the operator process (kopf under the hood)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+
+import kopf
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log pipelines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+                 "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def register_run(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("run", help="run the operator against a cluster",
+                                   description="Watch KfDefs and keep their stacks applied, healthy and healed.")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", dest="namespaces", metavar="NS",
+                       help="watch KfDefs in this namespace only (repeatable; globs allowed)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch KfDefs everywhere (default)")
+    parser.add_argument("--server-address", default=os.environ.get("KFDEF_SERVER_ADDRESS", "0.0.0.0:8080"),
+                        help="host:port for /healthz, /readyz and /metrics ('' disables; default %(default)s)")
+    parser.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("KFDEF_LOG_FORMAT", "text"))
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="source cache and render directory (default: $XDG_CACHE_HOME/kfdef-operator)")
+    parser.add_argument("--api-upgrade", choices=("auto", "off"), default=os.environ.get("KFDEF_API_UPGRADE", "auto"),
+                        help="default policy for API versions the cluster no longer serves (docs/upgrade.md)")
+    parser.add_argument("--concurrency", type=int, default=24, help="objects applied in parallel per KfDef")
+    parser.set_defaults(handler=run_operator)
+
+
+def _configure_logging(log_format: str, verbose: bool) -> None:
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # kopf logs every handler invocation at INFO; keep its chatter for --verbose.
+    logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    from . import handlers  # registers the kopf handlers
+
+    _configure_logging(args.log_format, args.verbose)
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
+    memo = kopf.Memo(options={
+        "kubeconfig": args.kubeconfig, "work_dir": str(args.work_dir or handlers.default_work_dir()),
+        "api_upgrade": args.api_upgrade, "concurrency": args.concurrency, "server_address": args.server_address,
+    })
+    namespaces = args.namespaces or []
+    asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=namespaces, memo=memo))
+    return 0

@@ -1,0 +1,48 @@
+"""HTTP endpoints for kubelet probes and Prometheus: ``/healthz``, ``/readyz``, ``/metrics``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from . import metrics
+
+if TYPE_CHECKING:
+    from .reconciler import Operator
+
+
+class ProbeServer:
+    """A small aiohttp server bound to ``host:port``."""
+
+    def __init__(self, operator: "Operator", address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self._host, self._port = host or "0.0.0.0", int(port)
+        self._operator = operator
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self._port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")  # answering at all proves the event loop is alive
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ready = self._operator.discovery.cached("v1", "Namespace") is not None
+        return web.Response(text="ready\n" if ready else "starting\n", status=200 if ready else 503)
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        for verb, count in self._operator.kube.stats().by_verb.items():
+            metrics.API_REQUESTS.set(verb, value=count)
+        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})

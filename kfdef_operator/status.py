@@ -1,0 +1,126 @@
+"""KfDef status: conditions and summaries (pure).
+
+Conditions follow the Kubernetes API conventions (no phases):
+
+- ``Ready``: True once every object is applied and healthy.
+- ``Reconciling``: True while the operator works on a generation (abnormal-true,
+  as in kstatus/Flux).
+- ``Degraded``: True when something needs a person: invalid spec, source or
+  render failure, objects the API server refused, conflicts, heal fights,
+  stuck teardown.
+
+``lastTransitionTime`` changes only when a condition's status changes;
+``lastUpdateTime`` (kfctl's field) whenever its reason or message does.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+JSON = dict[str, Any]
+
+READY, RECONCILING, DEGRADED = "Ready", "Reconciling", "Degraded"
+MAX_FAILURES_LISTED = 50
+MAX_MESSAGE = 1024
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def set_condition(conditions: list[JSON], type_: str, status: bool, reason: str, message: str,
+                  generation: int | None, timestamp: str | None = None) -> list[JSON]:
+    """A new condition list with ``type_`` set; other conditions untouched."""
+    timestamp = timestamp or now()
+    value = "True" if status else "False"
+    message = truncate(message)
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    condition = {"type": type_, "status": value, "reason": reason, "message": message,
+                 "observedGeneration": generation,
+                 "lastTransitionTime": timestamp, "lastUpdateTime": timestamp}
+    if previous is not None:
+        if previous.get("status") == value:
+            condition["lastTransitionTime"] = previous.get("lastTransitionTime", timestamp)
+            if previous.get("reason") == reason and previous.get("message") == message:
+                condition["lastUpdateTime"] = previous.get("lastUpdateTime", timestamp)
+    if generation is None:
+        condition.pop("observedGeneration")
+    return [c for c in conditions if c.get("type") != type_] + [condition]
+
+
+def conditions_equal(a: list[JSON], b: list[JSON]) -> bool:
+    """Equal ignoring timestamps (what decides whether a status write is needed)."""
+    def key(conditions: list[JSON]) -> list[tuple]:
+        return sorted((c.get("type"), c.get("status"), c.get("reason"), c.get("message"),
+                       c.get("observedGeneration")) for c in conditions)
+    return key(a) == key(b)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The three conditions for one moment of a KfDef's life."""
+
+    ready: tuple[bool, str, str]
+    reconciling: tuple[bool, str, str]
+    degraded: tuple[bool, str, str]
+
+    def apply_to(self, conditions: list[JSON], generation: int | None) -> list[JSON]:
+        timestamp = now()
+        for type_, (status, reason, message) in ((READY, self.ready), (RECONCILING, self.reconciling),
+                                                 (DEGRADED, self.degraded)):
+            conditions = set_condition(conditions, type_, status, reason, message, generation, timestamp)
+        return conditions
+
+
+NOT_DEGRADED = (False, "AsExpected", "no problems found")
+
+
+def progressing(step: str, message: str) -> Verdict:
+    """Work under way (fetching, rendering, applying)."""
+    return Verdict(ready=(False, "Progressing", message), reconciling=(True, step, message), degraded=NOT_DEGRADED)
+
+
+def failed(reason: str, message: str, *, retrying: bool) -> Verdict:
+    """A failure before anything could be applied (spec, source, render, upgrade)."""
+    hint = " Retrying with backoff." if retrying else " Fix the KfDef to retry."
+    return Verdict(ready=(False, reason, message), reconciling=(retrying, reason, message),
+                   degraded=(True, reason, message + hint))
+
+
+def list_objects(items: Iterable[str], limit: int = 8) -> str:
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def applied(total: int, failures: list[tuple[str, str]], unhealthy: list[tuple[str, str]],
+            problems: list[str]) -> Verdict:
+    """The verdict after an apply: failures are (object, message), unhealthy (object, why)."""
+    if failures:
+        message = f"{len(failures)} of {total} objects not applied: " + list_objects(f"{o} ({m})" for o, m in failures[:3])
+        if len(failures) > 3:
+            message += "; see status.failures for all"
+        degraded = (True, "ApplyFailed", message)
+    elif problems:
+        degraded = (True, "Attention", "; ".join(problems))
+    else:
+        degraded = NOT_DEGRADED
+    if failures:
+        ready = (False, "ApplyFailed", degraded[2])
+    elif unhealthy:
+        ready = (False, "WaitingForHealth",
+                 f"{len(unhealthy)} of {total} objects not ready: " + list_objects(f"{o} ({w})" for o, w in unhealthy))
+    else:
+        ready = (True, "Ready", f"all {total} objects applied and ready")
+    return Verdict(ready=ready, reconciling=(False, "Done", "reconciled"), degraded=degraded)
+
+
+def terminating(message: str, stuck: bool) -> Verdict:
+    return Verdict(ready=(False, "Terminating", message), reconciling=(True, "Terminating", message),
+                   degraded=(True, "TeardownStuck", message) if stuck else NOT_DEGRADED)

@@ -1,0 +1,185 @@
+"""Live state of every object the operator stamped, kept current by watches.
+
+One watch per resource kind, cluster-wide, filtered server-side by the
+ownership label, so at rest the operator sends no request besides its open
+watches. The cache holds only what decisions need (ownership stamps, digest,
+readiness), never whole objects: Kubeflow CRDs alone weigh megabytes.
+
+Every change is handed to a listener (``ADDED``, ``MODIFIED``, ``DELETED``)
+with the full object, which the heal and status logic use. A watch that ends
+is resumed from the last resourceVersion (bookmarks keep it recent); ``410
+Gone`` and errors lead to a relist, which also reports objects deleted while
+the watch was down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from . import health
+from .discovery import Resource
+from .inventory import ObjectRef, ref_of, version_of
+from .kube import KubeApiError, KubeClient
+from .ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL, RECONCILE_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+Listener = Callable[[str, ObjectRef, "LiveObject", JSON | None], None]
+
+_KEPT_ANNOTATIONS = (INSTANCE_ANNOTATION, DIGEST_ANNOTATION, ADOPTED_ANNOTATION, RECONCILE_ANNOTATION)
+_WATCH_TIMEOUT_S = 290
+
+
+@dataclass(frozen=True)
+class LiveObject:
+    """What the operator remembers of a live stamped object."""
+
+    ref: ObjectRef
+    version: str
+    uid: str
+    resource_version: str
+    meta: JSON  # labels/annotations of interest only, shaped like metadata for ownership.claim_of
+    health: health.Health
+
+    @property
+    def instance_label(self) -> str | None:
+        return self.meta["labels"].get(INSTANCE_LABEL)
+
+    @property
+    def digest(self) -> str | None:
+        return self.meta["annotations"].get(DIGEST_ANNOTATION)
+
+
+def summarize(obj: JSON) -> LiveObject:
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    return LiveObject(
+        ref=ref_of(obj), version=version_of(obj), uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion", ""),
+        meta={"labels": {INSTANCE_LABEL: labels[INSTANCE_LABEL]} if INSTANCE_LABEL in labels else {},
+              "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations}},
+        health=health.assess(obj),
+    )
+
+
+class Tracker:
+    """Watches of stamped objects, one per resource kind."""
+
+    def __init__(self, kube: KubeClient, listener: Listener) -> None:
+        self._kube = kube
+        self._listener = listener
+        self._objects: dict[ObjectRef, LiveObject] = {}
+        self._watches: dict[tuple[str, str], asyncio.Task] = {}
+        self._synced: dict[tuple[str, str], asyncio.Event] = {}
+        self._resources: dict[tuple[str, str], Resource] = {}
+
+    # -- queries -------------------------------------------------------------------
+
+    def get(self, ref: ObjectRef) -> LiveObject | None:
+        return self._objects.get(ref)
+
+    def is_watched(self, group: str, kind: str) -> bool:
+        key = (group, kind)
+        return key in self._synced and self._synced[key].is_set()
+
+    def objects(self) -> Iterable[LiveObject]:
+        return self._objects.values()
+
+    @property
+    def watch_count(self) -> int:
+        return len(self._watches)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def watch(self, resources: Iterable[Resource], *, timeout: float = 60.0) -> None:
+        """Start watching these resources (if not yet) and wait until each has listed once."""
+        waiting = []
+        for resource in resources:
+            key = (resource.group, resource.kind)
+            if key not in self._watches:
+                self._resources[key] = resource
+                self._synced[key] = asyncio.Event()
+                self._watches[key] = asyncio.create_task(self._run(resource), name=f"watch {resource.plural}")
+            waiting.append(self._synced[key].wait())
+        if waiting:
+            await asyncio.wait_for(asyncio.gather(*waiting), timeout)
+
+    async def close(self) -> None:
+        for task in self._watches.values():
+            task.cancel()
+        await asyncio.gather(*self._watches.values(), return_exceptions=True)
+        self._watches.clear()
+
+    # -- watch loop ----------------------------------------------------------------
+
+    def _dispatch(self, event_type: str, obj: JSON) -> None:
+        live = summarize(obj)
+        if event_type == "DELETED":
+            self._objects.pop(live.ref, None)
+        else:
+            self._objects[live.ref] = live
+        try:
+            self._listener(event_type, live.ref, live, obj)
+        except Exception:  # a listener bug must not kill the watch
+            log.exception("event listener failed for %s %s", event_type, live.ref)
+
+    async def _relist(self, resource: Resource) -> str:
+        listing = await self._kube.request(
+            "GET", resource.collection_path(), params={"labelSelector": INSTANCE_LABEL})
+        seen = set()
+        for item in listing.get("items") or []:
+            item.setdefault("apiVersion", resource.api_version)
+            item.setdefault("kind", resource.kind)
+            ref = ref_of(item)
+            seen.add(ref)
+            previous = self._objects.get(ref)
+            if previous is None or previous.resource_version != item["metadata"].get("resourceVersion"):
+                self._dispatch("ADDED" if previous is None else "MODIFIED", item)
+        # Objects that vanished while no watch was open.
+        for ref, live in list(self._objects.items()):
+            if ref.group == resource.group and ref.kind == resource.kind and ref not in seen:
+                gone = {"apiVersion": resource.api_version, "kind": resource.kind,
+                        "metadata": {"name": ref.name, "namespace": ref.namespace or None, "uid": live.uid,
+                                     "labels": live.meta["labels"], "annotations": live.meta["annotations"]}}
+                self._dispatch("DELETED", gone)
+        return (listing.get("metadata") or {}).get("resourceVersion", "")
+
+    async def _run(self, resource: Resource) -> None:
+        key = (resource.group, resource.kind)
+        resource_version: str | None = None
+        failures = 0
+        while True:
+            try:
+                if resource_version is None:
+                    resource_version = await self._relist(resource)
+                    self._synced[key].set()
+                async for event in self._kube.watch(resource.collection_path(), resource_version=resource_version,
+                                                    label_selector=INSTANCE_LABEL, timeout_seconds=_WATCH_TIMEOUT_S):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        # 410 Gone: our resourceVersion was compacted away; list again.
+                        log.info("watch of %s expired (%s); relisting", resource.plural, obj.get("message"))
+                        resource_version = None
+                        break
+                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                    if event.get("type") != "BOOKMARK":
+                        self._dispatch(event["type"], obj)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except KubeApiError as error:
+                failures += 1
+                if error.status == 410:
+                    resource_version = None
+                log.warning("watch of %s failed: %s", resource.plural, error)
+            except Exception as error:  # connection reset, apiserver restart, timeouts
+                failures += 1
+                log.warning("watch of %s interrupted: %s", resource.plural, error or type(error).__name__)
+            if failures:
+                await asyncio.sleep(min(0.2 * 2 ** min(failures, 6), 10.0) * (0.5 + random.random()))
