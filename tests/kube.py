@@ -9,6 +9,7 @@ from typing import Any, Callable, TypeVar
 import yaml
 from kubernetes import client, config, dynamic
 from kubernetes.client.rest import ApiException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 T = TypeVar("T")
 
@@ -44,12 +45,19 @@ class Kube:
         self.api.close()
 
     def resource(self, api_version: str, kind: str):
-        return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        """The dynamic resource; discovery is refreshed once when the kind is unknown (new CRDs)."""
+        try:
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            self.dynamic.resources.invalidate_cache()
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
         """The live object as a dict, or None when it does not exist."""
         try:
             return self.resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+        except ResourceNotFoundError:
+            return None  # the kind is not served (its CRD is gone): no such object
         except ApiException as error:
             if error.status == 404:
                 return None

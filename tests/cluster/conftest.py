@@ -1,0 +1,71 @@
+"""Cluster-test fixtures: the KfDef CRD installed once, the operator running as a process."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+import yaml
+
+from tests.kube import Kube, wait_for
+from tests.operator_process import OperatorProcess
+from tests.stacks import Stack, make_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+KFDEF_API = "kfdef.apps.kubeflow.org/v1"
+CRD_FILE = ROOT / "crds" / "kfdef.apps.kubeflow.org_kfdefs.yaml"
+
+
+@pytest.fixture(scope="session")
+def kfdef_crd(kube: Kube) -> None:
+    for doc in yaml.safe_load_all(CRD_FILE.read_text()):
+        kube.apply(doc)
+    kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", "kfdefs.kfdef.apps.kubeflow.org",
+                        "Established")
+
+
+@pytest.fixture(scope="session")
+def operator(control_plane, kfdef_crd, tmp_path_factory) -> Iterator[OperatorProcess]:
+    """``kfdef-operator run`` watching all namespaces with the admin kubeconfig."""
+    process = OperatorProcess(control_plane.kubeconfig, tmp_path_factory.mktemp("operator"))
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def kfdef_namespace(kube: Kube) -> Iterator[str]:
+    """A namespace for a test's KfDef; KfDefs left in it are deleted (and waited for) afterwards."""
+    name = f"kf-{uuid.uuid4().hex[:8]}"
+    kube.create_namespace(name)
+    yield name
+    for item in kube.resource(KFDEF_API, "KfDef").get(namespace=name).items:
+        kube.delete(KFDEF_API, "KfDef", item.metadata.name, name)
+        kube.wait_gone(KFDEF_API, "KfDef", item.metadata.name, name, timeout=120)
+    kube.delete_namespace(name)
+
+
+@pytest.fixture
+def new_stack(tmp_path: Path) -> Callable[..., Stack]:
+    return lambda **kwargs: make_stack(tmp_path, **kwargs)
+
+
+def kfdef_status(kube: Kube, name: str, namespace: str) -> dict:
+    return (kube.get(KFDEF_API, "KfDef", name, namespace) or {}).get("status") or {}
+
+
+def wait_ready(kube: Kube, name: str, namespace: str, timeout: float = 120) -> dict:
+    return kube.wait_condition(KFDEF_API, "KfDef", name, "Ready", namespace=namespace, timeout=timeout)
+
+
+def wait_condition_reason(kube: Kube, name: str, namespace: str, type_: str, status: str, reason: str | None = None,
+                          timeout: float = 120) -> dict:
+    def check():
+        obj = kube.get(KFDEF_API, "KfDef", name, namespace)
+        cond = kube.condition(obj, type_)
+        if cond and cond["status"] == status and (reason is None or cond.get("reason") == reason):
+            return obj
+        return None
+    return wait_for(check, timeout=timeout, what=f"KfDef {namespace}/{name} {type_}={status} ({reason})")
