@@ -78,6 +78,7 @@ class Healer:
         self._history: dict[ObjectRef, deque[float]] = defaultdict(deque)
         self._in_sync: dict[ObjectRef, tuple[str, str]] = {}  # drift suspicions the server disproved
         self._waiting_for_parent: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
+        self._deferred: dict[tuple[str, str], dict[ObjectRef, bool]] = defaultdict(dict)  # ref -> adopted
 
     async def stop(self) -> None:
         for task in self._workers.values():
@@ -91,25 +92,42 @@ class Healer:
             await asyncio.gather(task, return_exceptions=True)
         self._pending.pop(stack.key, None)
         self._waiting_for_parent.pop(stack.key, None)
+        self._deferred.pop(stack.key, None)
 
     # -- events --------------------------------------------------------------------
 
     def observe(self, stack: "Stack", event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
-        if not stack.outcomes or reconcile_disabled(live.meta):
-            return  # not applied yet (the reconcile in progress owns it), or opted out
+        if reconcile_disabled(live.meta):
+            return
         adopted = live.meta["annotations"].get(ADOPTED_ANNOTATION) == "true"
         if event_type == "DELETED":
-            self._schedule(stack, ref, _Request("deleted", time.monotonic(), adopted))
+            if stack.outcomes:  # before the first apply, the reconcile in progress creates it anyway
+                self._schedule(stack, ref, _Request("deleted", time.monotonic(), adopted))
             return
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             return
         desired = self._op.desired_stamped(stack, ref, adopted=adopted)
-        if live.digest != desired["metadata"]["annotations"][DIGEST_ANNOTATION]:
+        digest_changed = live.digest != desired["metadata"]["annotations"][DIGEST_ANNOTATION]
+        if not stack.outcomes:
+            # The first listing after a start, while the first apply runs: an object whose digest still
+            # matches is skipped by that apply, so a drift made while the operator was down is only
+            # caught here. Check it once the apply is done.
+            if not digest_changed and drifted(desired, obj):
+                self._deferred[stack.key][ref] = adopted
+            return
+        if digest_changed:
             if stack.outcomes.get(ref) is not None and stack.outcomes[ref].ok:
                 self._schedule(stack, ref, _Request("drift", time.monotonic(), adopted))
             return
         if drifted(desired, obj) and self._in_sync.get(ref) != self._sync_key(obj):
             self._schedule(stack, ref, _Request("drift", time.monotonic(), adopted))
+
+    def applied(self, stack: "Stack") -> None:
+        """The stack's apply finished: check the drift suspicions collected meanwhile."""
+        now = time.monotonic()
+        for ref, adopted in self._deferred.pop(stack.key, {}).items():
+            if ref in stack.desired:
+                self._schedule(stack, ref, _Request("drift", now, adopted))
 
     @staticmethod
     def _sync_key(obj: JSON) -> tuple[str, str]:

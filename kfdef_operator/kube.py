@@ -36,6 +36,14 @@ def _retry_delay(attempt: int, retry_after: str | None) -> float:
     return min(0.05 * 2 ** attempt, 2.0)
 
 
+def _decode(raw: bytes) -> JSON:
+    """A response body as JSON; plain-text answers (``404 page not found``) become ``{"message": ...}``."""
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {"message": raw[:500].decode(errors="replace").strip()}
+
+
 class KubeApiError(Exception):
     """A non-2xx answer from kube-apiserver, with the server's own message."""
 
@@ -151,10 +159,7 @@ class KubeClient:
                     raise
                 await asyncio.sleep(_retry_delay(attempt, None))
                 continue
-            try:
-                decoded = json.loads(raw) if raw else {}
-            except ValueError:
-                decoded = {"message": raw[:500].decode(errors="replace")}
+            decoded = _decode(raw)
             status = response.status
             retryable = status == 429 or (status >= 500 and method == "GET")
             if retryable and attempt < _MAX_ATTEMPTS - 1:
@@ -204,8 +209,7 @@ class KubeClient:
         raw_response = response.response
         try:
             if response.status >= 300:
-                body = await response.read()
-                raise KubeApiError(response.status, "GET", path, json.loads(body) if body else None)
+                raise KubeApiError(response.status, "GET", path, _decode(await response.read()))
             async for line in raw_response.content:
                 if line.strip():
                     yield json.loads(line)

@@ -236,10 +236,13 @@ class Operator:
             if outcome.ref not in stack.resources and outcome.live is not None:
                 stack.resources[outcome.ref] = await self.discovery.resource(outcome.live["apiVersion"], outcome.ref.kind)
         await self.tracker.watch(set(stack.resources.values()))
+        self.healer.applied(stack)
 
         previous = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
         stale = inventory.stale(previous, stack.desired)
         pruned = await self.engine.prune(owner, stale) if stale else []
+        if pruned:
+            await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
         await self._finish(stack, kfdef, sources, upgraded, pruned)
         failures = [o for o in [*stack.rejected, *outcomes] if o.action in (FAILED, CONFLICT)]
         changed = [o for o in outcomes if o.action not in (UNCHANGED, FAILED, CONFLICT)]
@@ -434,7 +437,7 @@ class Operator:
         await self.healer.forget(stack)
         entries = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
         if not entries:
-            self._forget(stack)
+            await self._forget(stack)
             return
         await self.set_verdict(stack, st.terminating(f"deleting {len(entries)} objects", stuck=False))
 
@@ -446,7 +449,7 @@ class Operator:
         if result.done:
             await self.events.record(body, "Normal", "Deleted",
                                      f"deleted {result.deleted} objects, released {result.released} that existed before")
-            self._forget(stack)
+            await self._forget(stack)
             return
         remaining = {ref for ref, _ in result.remaining}
         message = f"{len(remaining)} object(s) not deleted yet: " + st.list_objects(
@@ -456,8 +459,10 @@ class Operator:
         await self.events.record(body, "Warning", "TeardownStuck", message)
         raise Retry(message, _backoff(attempt, base=5.0, cap=120.0))
 
-    def _forget(self, stack: Stack) -> None:
+    async def _forget(self, stack: Stack) -> None:
         self.stacks.pop(stack.key, None)
         self._by_label.pop(stack.owner.label, None)
+        # Watches of kinds no remaining KfDef holds are closed: at rest, only needed watches stay open.
+        await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
         for condition_type in (st.READY, st.RECONCILING, st.DEGRADED):
             metrics.CONDITION.remove(stack.owner.namespace, stack.owner.name, condition_type)

@@ -110,6 +110,18 @@ class Tracker:
         if waiting:
             await asyncio.wait_for(asyncio.gather(*waiting), timeout)
 
+    async def retain(self, resources: Iterable[Resource]) -> None:
+        """Stop the watches of kinds not among ``resources`` and forget their objects."""
+        keep = {(r.group, r.kind) for r in resources}
+        for key in [k for k in self._watches if k not in keep]:
+            task = self._watches.pop(key)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._synced.pop(key, None)
+            self._resources.pop(key, None)
+            for ref in [r for r in self._objects if (r.group, r.kind) == key]:
+                del self._objects[ref]
+
     async def close(self) -> None:
         for task in self._watches.values():
             task.cancel()
@@ -177,7 +189,9 @@ class Tracker:
                 failures += 1
                 if error.status == 410:
                     resource_version = None
-                log.warning("watch of %s failed: %s", resource.plural, error)
+                # 404: the kind's CRD is being re-created (healing) or went away; keep trying quietly.
+                log.log(logging.DEBUG if error.status == 404 else logging.WARNING,
+                        "watch of %s failed: %s", resource.plural, error)
             except Exception as error:  # connection reset, apiserver restart, timeouts
                 failures += 1
                 log.warning("watch of %s interrupted: %s", resource.plural, error or type(error).__name__)

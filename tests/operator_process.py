@@ -37,7 +37,7 @@ class OperatorProcess:
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "kfdef_operator", "run", "--kubeconfig", str(self.kubeconfig),
              "--server-address", f"127.0.0.1:{self.port}", "--work-dir", str(self.work_dir / "cache"),
-             *self.extra_args],
+             *self.extra_args, *os.environ.get("KFDEF_TEST_OPERATOR_ARGS", "").split()],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
