@@ -7,10 +7,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # Control-plane binaries (etcd, kube-apiserver, KCM, scheduler, kubectl, kwok, kustomize), outside the repo.
 K8SBIN := $(shell tools/build-control-plane.sh --dir)
-RUN    := env KFDEF_K8SBIN=$(K8SBIN) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
+# The operator framework's bundle validators (tools/olm-validate), outside the repo.
+OLM_VALIDATE := $(shell tools/build-olm-validate.sh --path)
+RUN    := env KFDEF_K8SBIN=$(K8SBIN) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 
-.PHONY: all venv control-plane test unit demo bench olm-bundle clean
+.PHONY: all venv control-plane test unit demo bench olm-bundle olm-validate clean
 
 all: test
 
@@ -25,12 +27,25 @@ venv: $(VENV)/.installed
 control-plane:
 	tools/build-control-plane.sh
 
+# The main job: the demo stack deployed, healed and torn down on the embedded control plane.
+demo: venv control-plane
+	$(RUN) $(PY) -m kfdef_operator demo $(DEMO_ARGS)
+
 # The suite runs in a loopback-only network namespace (see tools/netns-run).
-test: venv control-plane
+test: venv control-plane olm-validate
 	$(RUN) $(PY) -m pytest -ra $(PYTEST_ARGS)
 
 unit: venv
 	$(RUN) $(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
+
+# Built before the suite: inside the network namespace there is no module proxy.
+olm-validate:
+	tools/build-olm-validate.sh >/dev/null
+
+# Regenerate olm-bundle/ from crds/, deploy/ and tools/olm/ (tests/unit/test_olm_bundle.py checks it is fresh).
+olm-bundle: venv control-plane olm-validate
+	PATH=$(K8SBIN):$$PATH $(PY) tools/gen-olm-bundle.py
+	$(OLM_VALIDATE) -k8s-version 1.36 olm-bundle
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -27,6 +27,7 @@ from .kustomize import KustomizeError, SafeDumper, SafeLoader
 from .model import InvalidKfDef, parse_kfdef
 from .render import RenderedApplication, RenderError, render
 from .sources import FetchOptions, SourceCache, SourceError, resolve_sources
+from .demo import register_demo
 from .runner import register_run
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -59,12 +60,25 @@ def register_build(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help=f"source cache (default {default_cache_dir()})")
     parser.add_argument("-j", "--jobs", type=int, default=4, help="applications rendered in parallel (default 4)")
+    parser.add_argument("--target-version", metavar="1.MINOR",
+                        help="convert objects of API versions this Kubernetes release no longer serves (e.g. 1.36) "
+                             "to served ones, as the operator does against such a cluster")
+    parser.add_argument("--api-upgrade", choices=("auto", "off"), default="auto",
+                        help="with --target-version: 'auto' (default) converts unserved objects, 'off' fails "
+                             "listing them")
     parser.set_defaults(handler=run_build)
 
 
 def run_build(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     kfdef_file = args.kfdef
+    served = None
+    if args.target_version:
+        from .upgrade import served_for_release
+        try:
+            served = served_for_release(args.target_version)
+        except ValueError as exc:
+            raise BadInput(f"--target-version: {exc}") from None
     kfdef = parse_kfdef(_load_kfdef_document(kfdef_file), default_name=args.name, default_namespace=args.namespace)
     progress = _Progress(sys.stderr, len(kfdef.applications))
     base_dir = Path.cwd() if kfdef_file == "-" else Path(kfdef_file).resolve().parent
@@ -76,12 +90,63 @@ def run_build(args: argparse.Namespace) -> int:
         rendered = render(kfdef, sources, Path(workdir), max_workers=args.jobs, progress=progress.done)
     elapsed = time.monotonic() - started
     progress.finish()
+    upgraded = None
+    if args.target_version:
+        rendered, upgraded = _upgrade_rendered(rendered, served, args.api_upgrade)
     if args.output == "-":
         _write_stream(sys.stdout, [obj for app in rendered for obj in app.objects])
     else:
         _write_directory(Path(args.output), rendered)
     _print_summary(sys.stderr, rendered, elapsed)
+    if upgraded is not None:
+        _print_upgrades(sys.stderr, args.target_version, upgraded)
     return EXIT_OK
+
+
+def _upgrade_rendered(rendered: list[RenderedApplication], served: "upgrade.ServedPredicate",
+                      policy: str) -> tuple[list[RenderedApplication], "upgrade.UpgradeResult"]:
+    """All applications upgraded in one call (custom resources of the KfDef's CRDs count as served), split back."""
+    import dataclasses
+
+    from . import upgrade
+    flat = [(index, obj) for index, app in enumerate(rendered) for obj in app.objects]
+    try:
+        result = upgrade.upgrade_objects([obj for _, obj in flat], served, policy=policy)
+    except upgrade.UnservedApiVersions as exc:
+        raise BadInput(f"{len(exc.objects)} objects use API versions Kubernetes does not serve (--api-upgrade "
+                       f"{policy}): " + "; ".join(item.describe() for item in exc.objects)) from None
+    # The result keeps the input order: served objects are the same dicts, unconvertible ones are left out (and
+    # listed in order in result.unserved), every other one is replaced by its converted copy.
+    per_app: list[list[dict[str, Any]]] = [[] for _ in rendered]
+    outputs, refused = iter(result.objects), iter(result.unserved)
+    next_output, next_refused = next(outputs, None), next(refused, None)
+    for index, obj in flat:
+        if next_output is obj or not _is_refused(obj, next_refused):
+            per_app[index].append(next_output)
+            next_output = next(outputs, None)
+        else:
+            next_refused = next(refused, None)
+    apps = [dataclasses.replace(app, objects=objects) for app, objects in zip(rendered, per_app)]
+    return apps, result
+
+
+def _is_refused(obj: dict[str, Any], refused: "upgrade.UnservedObject | None") -> bool:
+    meta = obj.get("metadata") or {}
+    return refused is not None and (refused.kind, refused.name, refused.namespace, refused.api_version) == (
+        obj.get("kind", ""), meta.get("name", ""), meta.get("namespace"), obj.get("apiVersion", ""))
+
+
+def _print_upgrades(stream: TextIO, target: str, result: "upgrade.UpgradeResult") -> None:
+    kinds = collections.Counter(f"{item.kind} {item.from_version} -> {item.to_version}" for item in result.upgraded)
+    stream.write(f"API versions for Kubernetes {target}: {result.summary()}\n")
+    for line, count in sorted(kinds.items()):
+        stream.write(f"  upgraded: {line} ({count})\n")
+    for item in result.upgraded:
+        for note in item.notes:
+            stream.write(f"  note: {item.kind} {item.name}: {note}\n")
+    for item in result.unserved:
+        stream.write(f"warning: not served by Kubernetes {target} and not convertible, left out: "
+                     f"{item.describe()}: {item.reason}\n")
 
 
 def _load_kfdef_document(path: str) -> dict[str, Any]:
@@ -155,7 +220,7 @@ def _print_summary(stream: TextIO, rendered: list[RenderedApplication], elapsed:
 
 # --- entry point ------------------------------------------------------------------------------------------
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_build, register_run]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_build, register_run, register_demo]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -64,7 +64,8 @@ def fight_backoff(heal_times: deque[float], now: float) -> float:
     while heal_times and now - heal_times[0] > FIGHT_WINDOW_S:
         heal_times.popleft()
     excess = len(heal_times) - FIGHT_THRESHOLD
-    return 0.0 if excess < 0 else min(2.0 ** excess, MAX_BACKOFF_S)
+    # The exponent is bounded first: 2.0 ** 1100 overflows.
+    return 0.0 if excess < 0 else min(2.0 ** min(excess, 32), MAX_BACKOFF_S)
 
 
 class Healer:

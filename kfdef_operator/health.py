@@ -61,6 +61,8 @@ def _deployment(obj: JSON) -> Health:
     want = (obj.get("spec") or {}).get("replicas", 1)
     if status.get("updatedReplicas", 0) < want:
         return Health(State.PROGRESSING, f"{status.get('updatedReplicas', 0)}/{want} replicas updated")
+    if status.get("replicas", 0) > status.get("updatedReplicas", 0):
+        return Health(State.PROGRESSING, f"{status['replicas'] - status['updatedReplicas']} old replicas terminating")
     if not _is_true(obj, "Available"):
         return Health(State.PROGRESSING, f"{status.get('availableReplicas', 0)}/{want} replicas available")
     return READY

@@ -13,6 +13,11 @@ from typing import Iterable
 _DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
+def _number(value: float) -> str:
+    """Every digit kept: integers as integers, other floats at full precision."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _labels(names: tuple[str, ...], values: tuple[str, ...]) -> str:
     if not names:
         return ""
@@ -48,7 +53,7 @@ class Counter(_Metric):
         return self.values.get(labels, 0.0)
 
     def lines(self) -> list[str]:
-        return [f"{self.name}{_labels(self.label_names, k)} {v:g}" for k, v in sorted(self.values.items())]
+        return [f"{self.name}{_labels(self.label_names, k)} {_number(v)}" for k, v in sorted(self.values.items())]
 
 
 class Gauge(Counter):
@@ -92,7 +97,7 @@ class Histogram(_Metric):
                 cumulative += n
                 out.append(f"{self.name}_bucket{_labels(self.label_names + ('le',), key + (f'{bound:g}',))} {cumulative}")
             out.append(f"{self.name}_bucket{_labels(self.label_names + ('le',), key + ('+Inf',))} {int(count)}")
-            out.append(f"{self.name}_sum{_labels(self.label_names, key)} {total:g}")
+            out.append(f"{self.name}_sum{_labels(self.label_names, key)} {_number(total)}")
             out.append(f"{self.name}_count{_labels(self.label_names, key)} {int(count)}")
         return out
 

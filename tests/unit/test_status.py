@@ -1,0 +1,236 @@
+"""KfDef conditions and verdicts (kfdef_operator.status)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kfdef_operator import status as st
+from kfdef_operator.status import (
+    DEGRADED,
+    MAX_MESSAGE,
+    READY,
+    RECONCILING,
+    applied,
+    conditions_equal,
+    failed,
+    list_objects,
+    progressing,
+    set_condition,
+    terminating,
+    truncate,
+)
+
+T0, T1, T2 = "2024-01-01T00:00:00Z", "2024-01-01T00:01:00Z", "2024-01-01T00:02:00Z"
+
+
+def only(conditions: list[dict], type_: str) -> dict:
+    (condition,) = [c for c in conditions if c["type"] == type_]
+    return condition
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# set_condition
+
+
+def test_new_condition_gets_both_timestamps():
+    (condition,) = set_condition([], READY, True, "Ready", "all good", 3, T0)
+    assert condition == {"type": READY, "status": "True", "reason": "Ready", "message": "all good",
+                         "observedGeneration": 3, "lastTransitionTime": T0, "lastUpdateTime": T0}
+
+
+def test_unchanged_condition_keeps_both_timestamps():
+    first = set_condition([], READY, True, "Ready", "all good", 1, T0)
+    second = set_condition(first, READY, True, "Ready", "all good", 2, T1)
+    condition = only(second, READY)
+    assert (condition["lastTransitionTime"], condition["lastUpdateTime"]) == (T0, T0)
+    assert condition["observedGeneration"] == 2
+
+
+@pytest.mark.parametrize("reason, message", [("Ready", "all 4 objects ready"), ("Other", "all good")])
+def test_same_status_new_reason_or_message_moves_only_last_update_time(reason, message):
+    first = set_condition([], READY, True, "Ready", "all good", 1, T0)
+    condition = only(set_condition(first, READY, True, reason, message, 1, T1), READY)
+    assert (condition["lastTransitionTime"], condition["lastUpdateTime"]) == (T0, T1)
+    assert (condition["reason"], condition["message"]) == (reason, message)
+
+
+def test_status_flip_moves_both_timestamps():
+    first = set_condition([], READY, True, "Ready", "all good", 1, T0)
+    flipped = only(set_condition(first, READY, False, "Ready", "all good", 1, T1), READY)
+    assert (flipped["status"], flipped["lastTransitionTime"], flipped["lastUpdateTime"]) == ("False", T1, T1)
+    back = only(set_condition([flipped], READY, True, "Ready", "all good", 1, T2), READY)
+    assert (back["lastTransitionTime"], back["lastUpdateTime"]) == (T2, T2)
+
+
+def test_other_conditions_are_untouched_and_the_set_one_moves_last():
+    degraded = {"type": DEGRADED, "status": "False", "reason": "AsExpected", "message": "", "lastTransitionTime": T0}
+    conditions = set_condition([], READY, True, "Ready", "ok", 1, T0) + [degraded]
+    updated = set_condition(conditions, READY, False, "Waiting", "not yet", 1, T1)
+    assert updated[0] is degraded
+    assert [c["type"] for c in updated] == [DEGRADED, READY]
+
+
+def test_no_generation_means_no_observed_generation():
+    (condition,) = set_condition([], READY, True, "Ready", "ok", None, T0)
+    assert "observedGeneration" not in condition
+
+
+def test_long_messages_are_truncated_and_compare_stably():
+    long = "x" * (MAX_MESSAGE + 100)
+    first = set_condition([], DEGRADED, True, "Attention", long, 1, T0)
+    assert len(only(first, DEGRADED)["message"]) == MAX_MESSAGE
+    # The stored (truncated) message equals the truncated new one: not an update.
+    again = only(set_condition(first, DEGRADED, True, "Attention", long, 1, T1), DEGRADED)
+    assert again["lastUpdateTime"] == T0
+
+
+def test_default_timestamp_is_now_in_rfc3339():
+    (condition,) = set_condition([], READY, True, "Ready", "ok", 1)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", condition["lastTransitionTime"])
+    assert condition["lastTransitionTime"] == condition["lastUpdateTime"]
+
+
+def test_set_condition_does_not_mutate_its_input():
+    conditions = set_condition([], READY, True, "Ready", "ok", 1, T0)
+    snapshot = [dict(c) for c in conditions]
+    set_condition(conditions, READY, False, "Nope", "bad", 2, T1)
+    assert conditions == snapshot
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# conditions_equal
+
+
+def test_conditions_equal_ignores_timestamps_and_order():
+    a = set_condition(set_condition([], READY, True, "Ready", "ok", 1, T0), DEGRADED, False, "AsExpected", "", 1, T0)
+    b = set_condition(set_condition([], DEGRADED, False, "AsExpected", "", 1, T2), READY, True, "Ready", "ok", 1, T1)
+    assert conditions_equal(a, b)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("status", "False"), ("reason", "Other"), ("message", "changed"), ("observedGeneration", 2), ("type", "Other"),
+])
+def test_conditions_equal_sees_every_other_field(field, value):
+    a = set_condition([], READY, True, "Ready", "ok", 1, T0)
+    b = [{**a[0], field: value}]
+    assert not conditions_equal(a, b)
+
+
+def test_conditions_equal_sees_a_missing_condition():
+    a = set_condition([], READY, True, "Ready", "ok", 1, T0)
+    assert not conditions_equal(a, [])
+    assert conditions_equal([], [])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# verdicts
+
+
+def as_conditions(verdict: st.Verdict) -> dict[str, dict]:
+    return {c["type"]: c for c in verdict.apply_to([], 4)}
+
+
+def test_applied_all_ready():
+    verdict = applied(5, [], [], [])
+    assert verdict.ready == (True, "Ready", "all 5 objects applied and ready")
+    assert verdict.reconciling[0] is False
+    assert verdict.degraded == st.NOT_DEGRADED
+
+
+def test_applied_waiting_for_health_lists_unhealthy_objects():
+    verdict = applied(5, [], [("Deployment kubeflow/web", "1/2 replicas ready"), ("CRD x", "not Established yet")], [])
+    status, reason, message = verdict.ready
+    assert (status, reason) == (False, "WaitingForHealth")
+    assert message.startswith("2 of 5 objects not ready: ")
+    assert "Deployment kubeflow/web (1/2 replicas ready)" in message and "CRD x (not Established yet)" in message
+    assert verdict.degraded[0] is False
+
+
+def test_applied_failures_are_degraded_apply_failed():
+    failures = [(f"ConfigMap n/c{i}", "forbidden") for i in range(5)]
+    verdict = applied(10, failures, [("Deployment n/web", "not ready")], [])
+    assert verdict.degraded[:2] == (True, "ApplyFailed")
+    assert verdict.ready[:2] == (False, "ApplyFailed")
+    message = verdict.degraded[2]
+    assert message.startswith("5 of 10 objects not applied: ConfigMap n/c0 (forbidden)")
+    assert "c2" in message and "c3" not in message  # the first three only
+    assert message.endswith("; see status.failures for all")
+    assert verdict.ready[2] == message
+
+
+def test_applied_three_failures_need_no_pointer_to_the_list():
+    verdict = applied(3, [("a", "x"), ("b", "y"), ("c", "z")], [], [])
+    assert "see status.failures" not in verdict.degraded[2]
+
+
+def test_applied_problems_are_degraded_attention_while_ready():
+    verdict = applied(2, [], [], ["fight: ConfigMap n/c healed 5 times", "render: duplicate object"])
+    assert verdict.degraded == (True, "Attention", "fight: ConfigMap n/c healed 5 times; render: duplicate object")
+    assert verdict.ready[0] is True
+
+
+def test_failures_take_precedence_over_problems():
+    verdict = applied(2, [("a", "x")], [], ["some problem"])
+    assert verdict.degraded[1] == "ApplyFailed"
+
+
+def test_verdict_apply_to_writes_three_conditions_with_one_timestamp():
+    conditions = as_conditions(applied(1, [], [], []))
+    assert set(conditions) == {READY, RECONCILING, DEGRADED}
+    assert [conditions[t]["status"] for t in (READY, RECONCILING, DEGRADED)] == ["True", "False", "False"]
+    assert len({c["lastTransitionTime"] for c in conditions.values()}) == 1
+    assert all(c["observedGeneration"] == 4 for c in conditions.values())
+
+
+def test_progressing():
+    verdict = progressing("Rendering", "rendering 3 applications")
+    assert verdict.ready == (False, "Progressing", "rendering 3 applications")
+    assert verdict.reconciling == (True, "Rendering", "rendering 3 applications")
+    assert verdict.degraded[0] is False
+
+
+@pytest.mark.parametrize("retrying, hint", [(True, "Retrying with backoff."), (False, "Fix the KfDef to retry.")])
+def test_failed(retrying, hint):
+    verdict = failed("SourceFailed", "cannot fetch", retrying=retrying)
+    assert verdict.ready == (False, "SourceFailed", "cannot fetch")
+    assert verdict.reconciling == (retrying, "SourceFailed", "cannot fetch")
+    assert verdict.degraded == (True, "SourceFailed", f"cannot fetch {hint}")
+
+
+@pytest.mark.parametrize("stuck", [True, False])
+def test_terminating(stuck):
+    verdict = terminating("deleting 3 objects", stuck)
+    assert verdict.ready == (False, "Terminating", "deleting 3 objects")
+    assert verdict.reconciling == (True, "Terminating", "deleting 3 objects")
+    assert verdict.degraded == ((True, "TeardownStuck", "deleting 3 objects") if stuck else st.NOT_DEGRADED)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# truncate, list_objects
+
+
+@pytest.mark.parametrize("text, limit, expected", [
+    ("short", 10, "short"),
+    ("exactly10!", 10, "exactly10!"),
+    ("eleven char", 10, "eleven ch…"),
+    ("", 1, ""),
+])
+def test_truncate(text, limit, expected):
+    assert truncate(text, limit) == expected
+    assert len(truncate(text, limit)) <= limit
+
+
+def test_truncate_default_limit():
+    assert len(truncate("y" * 5000)) == MAX_MESSAGE
+
+
+@pytest.mark.parametrize("items, expected", [
+    ([], ""),
+    (["a"], "a"),
+    (list("abcdefgh"), "a, b, c, d, e, f, g, h"),
+    (list("abcdefghij"), "a, b, c, d, e, f, g, h and 2 more"),
+])
+def test_list_objects(items, expected):
+    assert list_objects(iter(items)) == expected
