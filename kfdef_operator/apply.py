@@ -374,6 +374,9 @@ class ApplyEngine:
                     return True
                 finalizers = (live.get("metadata") or {}).get("finalizers") or []
                 blocked = f"; finalizers: {', '.join(finalizers)}" if finalizers else ""
+                if ref.kind == "Namespace":  # what keeps a namespace Terminating is in its conditions
+                    blocked += "".join(f"; {c.get('message')}" for c in (live.get("status") or {}).get("conditions") or []
+                                       if c.get("status") == "True" and c.get("message"))
                 return f"still terminating after {timeout:.0f}s{blocked}"
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)

@@ -11,6 +11,7 @@ Failures print one line ``error: <reason>`` on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import collections
 import logging
 import os
@@ -22,7 +23,7 @@ from typing import Any, Callable, NoReturn, Sequence, TextIO
 
 import yaml
 
-from . import __version__
+from . import __version__, upgrade
 from .kustomize import KustomizeError, SafeDumper, SafeLoader
 from .model import InvalidKfDef, parse_kfdef
 from .render import RenderedApplication, RenderError, render
@@ -74,9 +75,8 @@ def run_build(args: argparse.Namespace) -> int:
     kfdef_file = args.kfdef
     served = None
     if args.target_version:
-        from .upgrade import served_for_release
         try:
-            served = served_for_release(args.target_version)
+            served = upgrade.served_for_release(args.target_version)
         except ValueError as exc:
             raise BadInput(f"--target-version: {exc}") from None
     kfdef = parse_kfdef(_load_kfdef_document(kfdef_file), default_name=args.name, default_namespace=args.namespace)
@@ -103,12 +103,9 @@ def run_build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _upgrade_rendered(rendered: list[RenderedApplication], served: "upgrade.ServedPredicate",
-                      policy: str) -> tuple[list[RenderedApplication], "upgrade.UpgradeResult"]:
+def _upgrade_rendered(rendered: list[RenderedApplication], served: upgrade.ServedPredicate,
+                      policy: str) -> tuple[list[RenderedApplication], upgrade.UpgradeResult]:
     """All applications upgraded in one call (custom resources of the KfDef's CRDs count as served), split back."""
-    import dataclasses
-
-    from . import upgrade
     flat = [(index, obj) for index, app in enumerate(rendered) for obj in app.objects]
     try:
         result = upgrade.upgrade_objects([obj for _, obj in flat], served, policy=policy)
@@ -136,7 +133,7 @@ def _is_refused(obj: dict[str, Any], refused: "upgrade.UnservedObject | None") -
         obj.get("kind", ""), meta.get("name", ""), meta.get("namespace"), obj.get("apiVersion", ""))
 
 
-def _print_upgrades(stream: TextIO, target: str, result: "upgrade.UpgradeResult") -> None:
+def _print_upgrades(stream: TextIO, target: str, result: upgrade.UpgradeResult) -> None:
     kinds = collections.Counter(f"{item.kind} {item.from_version} -> {item.to_version}" for item in result.upgraded)
     stream.write(f"API versions for Kubernetes {target}: {result.summary()}\n")
     for line, count in sorted(kinds.items()):

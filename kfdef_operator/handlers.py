@@ -40,7 +40,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     options = memo.options
     kube = await KubeClient.connect(options.get("kubeconfig"))
     operator = Operator(kube, work_dir=Path(options["work_dir"]), api_upgrade_default=options["api_upgrade"],
-                        concurrency=options["concurrency"])
+                        concurrency=options["concurrency"], health_timeout=options["health_timeout"],
+                        namespaces=tuple(options["namespaces"]))
     await operator.start()
     memo.kube, memo.operator = kube, operator
     if options.get("server_address"):

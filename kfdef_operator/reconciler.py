@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from fnmatch import fnmatch
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,12 +93,15 @@ class Operator:
     """Shared state of a running operator; kopf handlers call into it."""
 
     def __init__(self, kube: KubeClient, *, work_dir: Path, fetch_options: FetchOptions | None = None,
-                 api_upgrade_default: str = "auto", concurrency: int = 24) -> None:
+                 api_upgrade_default: str = "auto", concurrency: int = 24, health_timeout: float = 300.0,
+                 namespaces: tuple[str, ...] = ()) -> None:
         self.kube = kube
         self.work_dir = work_dir
         self.fetch_options = fetch_options or FetchOptions.from_env()
         self.source_cache = SourceCache(work_dir / "sources")
         self.api_upgrade_default = api_upgrade_default
+        self.health_timeout = health_timeout
+        self.namespaces = frozenset(namespaces)  # a namespace-scoped operator touches only these (and cluster scope)
         self.discovery = Discovery(kube)
         self.tracker = Tracker(kube, self._on_event)
         self.engine = ApplyEngine(kube, self.discovery, self.tracker, concurrency=concurrency)
@@ -226,6 +231,8 @@ class Operator:
 
         outcomes = await self.engine.apply_all(owner, resolved, later, owner.namespace, progress=apply_progress)
         stack.applied_at = time.monotonic()
+        # Past the health deadline, unhealthy objects turn into Degraded: one timer, no polling.
+        asyncio.get_running_loop().call_later(self.health_timeout + 1, self._schedule_readiness, stack.key)
         stack.outcomes = {o.ref: o for o in outcomes}
         for outcome in outcomes:
             if outcome.action not in (UNCHANGED,):
@@ -302,6 +309,10 @@ class Operator:
                 if namespaced and not meta.get("namespace"):
                     meta["namespace"] = kfdef.namespace
             ref = ref_of(obj)
+            if self.namespaces and ref.namespace and not any(fnmatch(ref.namespace, p) for p in self.namespaces):
+                stack.rejected.append(Outcome(ref, FAILED, f"namespace {ref.namespace} is outside this operator's "
+                                              f"scope ({', '.join(sorted(self.namespaces))}); not applied"))
+                continue
             if ref in stack.desired:
                 duplicates.append(str(ref))
                 resolved.pop(ref, None)
@@ -355,7 +366,9 @@ class Operator:
 
     def verdict(self, stack: Stack) -> st.Verdict:
         failures, unhealthy = self.readiness(stack)
-        return st.applied(len(stack.desired) + len(stack.rejected), failures, unhealthy, list(stack.problems.values()))
+        overdue = bool(stack.applied_at) and time.monotonic() - stack.applied_at > self.health_timeout
+        return st.applied(len(stack.desired) + len(stack.rejected), failures, unhealthy,
+                          list(stack.problems.values()), health_overdue=overdue)
 
     async def _finish(self, stack: Stack, kfdef: KfDef, sources: dict, upgraded, pruned: list) -> None:
         kept = [ref for ref in stack.desired if stack.outcomes.get(ref) is None or stack.outcomes[ref].action != CONFLICT]
@@ -445,7 +458,8 @@ class Operator:
             if done < total:
                 await self.set_verdict(stack, st.terminating(f"deleted {done}/{total} objects", stuck=False))
 
-        result = await self.engine.teardown(stack.owner, entries, progress=teardown_progress)
+        result = await self.engine.teardown(stack.owner, entries, progress=teardown_progress,
+                                            wave_timeout=float(os.environ.get("KFDEF_TEARDOWN_WAVE_TIMEOUT") or 60.0))
         if result.done:
             await self.events.record(body, "Normal", "Deleted",
                                      f"deleted {result.deleted} objects, released {result.released} that existed before")

@@ -40,6 +40,8 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-upgrade", choices=("auto", "off"), default=os.environ.get("KFDEF_API_UPGRADE", "auto"),
                         help="default policy for API versions the cluster no longer serves (docs/upgrade.md)")
     parser.add_argument("--concurrency", type=int, default=24, help="objects applied in parallel per KfDef")
+    parser.add_argument("--health-timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="how long applied objects may stay unhealthy before the KfDef is Degraded")
     parser.set_defaults(handler=run_operator)
 
 
@@ -66,6 +68,7 @@ def run_operator(args: argparse.Namespace) -> int:
     memo = kopf.Memo(options={
         "kubeconfig": args.kubeconfig, "work_dir": str(args.work_dir or handlers.default_work_dir()),
         "api_upgrade": args.api_upgrade, "concurrency": args.concurrency, "server_address": args.server_address,
+        "health_timeout": args.health_timeout, "namespaces": args.namespaces or [],
     })
     namespaces = args.namespaces or []
     asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=namespaces, memo=memo))

@@ -83,10 +83,13 @@ class FetchOptions:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> "FetchOptions":
-        """Defaults, then ``KFDEF_CA_BUNDLE`` / ``KFDEF_ALLOW_INSECURE_HTTP``, then ``overrides``."""
+        """Defaults, then ``KFDEF_CA_BUNDLE`` / ``KFDEF_ALLOW_INSECURE_HTTP`` / ``KFDEF_FETCH_READ_TIMEOUT``
+        (seconds), then ``overrides``."""
         env = os.environ if environ is None else environ
         options = cls(ca_bundle=env.get("KFDEF_CA_BUNDLE") or None,
                       allow_insecure_http=env.get("KFDEF_ALLOW_INSECURE_HTTP", "").lower() in ("1", "true", "yes"))
+        if env.get("KFDEF_FETCH_READ_TIMEOUT"):
+            options = replace(options, read_timeout=float(env["KFDEF_FETCH_READ_TIMEOUT"]))
         return replace(options, **overrides)  # type: ignore[arg-type]
 
 

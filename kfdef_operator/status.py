@@ -100,13 +100,20 @@ def list_objects(items: Iterable[str], limit: int = 8) -> str:
 
 
 def applied(total: int, failures: list[tuple[str, str]], unhealthy: list[tuple[str, str]],
-            problems: list[str]) -> Verdict:
-    """The verdict after an apply: failures are (object, message), unhealthy (object, why)."""
+            problems: list[str], *, health_overdue: bool = False) -> Verdict:
+    """The verdict after an apply: failures are (object, message), unhealthy (object, why).
+
+    ``health_overdue``: the objects have been unhealthy for longer than the
+    health deadline, which makes them a problem for a person, not a wait.
+    """
+    not_ready = f"{len(unhealthy)} of {total} objects not ready: " + list_objects(f"{o} ({w})" for o, w in unhealthy)
     if failures:
         message = f"{len(failures)} of {total} objects not applied: " + list_objects(f"{o} ({m})" for o, m in failures[:3])
         if len(failures) > 3:
             message += "; see status.failures for all"
         degraded = (True, "ApplyFailed", message)
+    elif unhealthy and health_overdue:
+        degraded = (True, "HealthCheckTimeout", f"still unhealthy after the health deadline: {not_ready}")
     elif problems:
         degraded = (True, "Attention", "; ".join(problems))
     else:
@@ -114,8 +121,7 @@ def applied(total: int, failures: list[tuple[str, str]], unhealthy: list[tuple[s
     if failures:
         ready = (False, "ApplyFailed", degraded[2])
     elif unhealthy:
-        ready = (False, "WaitingForHealth",
-                 f"{len(unhealthy)} of {total} objects not ready: " + list_objects(f"{o} ({w})" for o, w in unhealthy))
+        ready = (False, "HealthCheckTimeout" if health_overdue else "WaitingForHealth", not_ready)
     else:
         ready = (True, "Ready", f"all {total} objects applied and ready")
     return Verdict(ready=ready, reconciling=(False, "Done", "reconciled"), degraded=degraded)

@@ -21,6 +21,7 @@ from kfdef_operator.controlplane import OPERATOR_USER, ControlPlane
 from tests.cluster.conftest import KFDEF_API, wait_ready
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
+from tests.stacks import write_package
 
 pytestmark = pytest.mark.cluster
 
@@ -30,7 +31,9 @@ NAMESPACE = "kfdef-operator-system"
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    with ControlPlane() as started:
+    # The quota controller computes a new quota's usage of a custom resource only after it has
+    # discovered the CRD (every 30 s) and then at its next full resync (5 min by default).
+    with ControlPlane(controller_manager_flags=("--resource-quota-sync-period=5s",)) as started:
         yield started
 
 
@@ -111,32 +114,6 @@ def test_edit_set_namespace_moves_every_namespaced_object(plane: ControlPlane, a
     admin.wait_condition("apps/v1", "Deployment", "kfdef-operator", "Available", namespace="kf-ops", timeout=90)
 
 
-def test_quota_component_allows_one_kfdef_in_the_operator_namespace(plane: ControlPlane, admin: Kube, deployed,
-                                                                     tmp_path: Path) -> None:
-    docs = edited_deploy(plane, tmp_path, "add", "component", "include/quota")
-    quotas = [d for d in docs if d["kind"] == "ResourceQuota"]
-    assert [(q["metadata"]["namespace"], q["spec"]["hard"]) for q in quotas] == [
-        (NAMESPACE, {"count/kfdefs.kfdef.apps.kubeflow.org": "1"})]
-    kubectl(plane, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
-    # Quota admission refuses KfDefs until the quota controller has counted them.
-    counted = "count/kfdefs.kfdef.apps.kubeflow.org"
-    wait_for(lambda: counted in ((admin.get("v1", "ResourceQuota", "kfdef-singleton", NAMESPACE) or {})
-                                 .get("status", {}).get("used") or {}), what="the quota's usage")
-
-    def create(name: str) -> subprocess.CompletedProcess:
-        kfdef = {"apiVersion": KFDEF_API, "kind": "KfDef", "metadata": {"name": name, "namespace": NAMESPACE},
-                 "spec": {"applications": [], "repos": []}}
-        return kubectl(plane, "create", "-f", "-", stdin=yaml.safe_dump(kfdef), check=False)
-
-    try:
-        assert create("one").returncode == 0
-        second = create("two")
-        assert second.returncode != 0 and "exceeded quota" in second.stderr, second.stderr
-    finally:
-        admin.delete("v1", "ResourceQuota", "kfdef-singleton", NAMESPACE)
-        admin.delete(KFDEF_API, "KfDef", "one", NAMESPACE)
-
-
 @pytest.fixture(scope="module")
 def operator_user(plane: ControlPlane, admin: Kube, deployed: list[dict]) -> Path:
     """The group-less token user ``kfdef-operator`` bound to every ClusterRole of deploy/, as its ServiceAccount is."""
@@ -183,13 +160,25 @@ def test_operator_under_deploy_rbac_deploys_heals_and_tears_down_a_stack(
         plane: ControlPlane, admin: Kube, operator_user: Path, new_stack, tmp_path: Path) -> None:
     admin.create_namespace("kfdefs")
     stack = new_stack()
+    # What Kubeflow stacks do and only `escalate`/`bind` allow: a role granting verbs the operator
+    # lacks (impersonate, via "*") and a binding to cluster-admin.
+    admin_role = f"stack-admin-{stack.suffix}"
+    write_package(stack.root, "admin-rbac", [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": admin_role},
+         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": admin_role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+         "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": stack.namespace}]}])
+    applications = [*stack.applications,
+                    {"name": "admin-rbac", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "admin-rbac"}}}]
     # All namespaces, as deploy/ runs it: listing and watching cluster-wide is part of what the roles must grant.
     process = OperatorProcess(operator_user, tmp_path / "operator")
     process.start()
     try:
-        admin.apply(stack.kfdef("rbac", "kfdefs"))
+        admin.apply(stack.kfdef("rbac", "kfdefs", applications=applications))
         wait_ready(admin, "rbac", "kfdefs")
-        assert admin.exists("rbac.authorization.k8s.io/v1", "ClusterRole", f"widgets-{stack.suffix}")
+        assert admin.exists("rbac.authorization.k8s.io/v1", "ClusterRole", admin_role)
+        assert admin.exists("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", admin_role)
         assert admin.exists("apps/v1", "Deployment", "operator", stack.namespace)
 
         admin.delete("apps/v1", "Deployment", "operator", stack.namespace)
@@ -201,7 +190,33 @@ def test_operator_under_deploy_rbac_deploys_heals_and_tears_down_a_stack(
 
         admin.delete(KFDEF_API, "KfDef", "rbac", "kfdefs")
         admin.wait_gone(KFDEF_API, "KfDef", "rbac", "kfdefs", timeout=120)
-        assert not admin.exists("rbac.authorization.k8s.io/v1", "ClusterRole", f"widgets-{stack.suffix}")
+        assert not admin.exists("rbac.authorization.k8s.io/v1", "ClusterRole", admin_role)
         assert "forbidden" not in process.log_tail(10_000).lower()
     finally:
         process.stop()
+
+
+def test_quota_component_allows_one_kfdef_in_the_operator_namespace(plane: ControlPlane, admin: Kube, deployed,
+                                                                     tmp_path: Path) -> None:
+    docs = edited_deploy(plane, tmp_path, "add", "component", "include/quota")
+    quotas = [d for d in docs if d["kind"] == "ResourceQuota"]
+    assert [(q["metadata"]["namespace"], q["spec"]["hard"]) for q in quotas] == [
+        (NAMESPACE, {"count/kfdefs.kfdef.apps.kubeflow.org": "1"})]
+    kubectl(plane, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    # Quota admission refuses KfDefs until the quota controller has counted them (see `plane`).
+    counted = "count/kfdefs.kfdef.apps.kubeflow.org"
+    wait_for(lambda: counted in ((admin.get("v1", "ResourceQuota", "kfdef-singleton", NAMESPACE) or {})
+                                 .get("status", {}).get("used") or {}), what="the quota's usage", timeout=90)
+
+    def create(name: str) -> subprocess.CompletedProcess:
+        kfdef = {"apiVersion": KFDEF_API, "kind": "KfDef", "metadata": {"name": name, "namespace": NAMESPACE},
+                 "spec": {"applications": [], "repos": []}}
+        return kubectl(plane, "create", "-f", "-", stdin=yaml.safe_dump(kfdef), check=False)
+
+    try:
+        assert create("one").returncode == 0
+        second = create("two")
+        assert second.returncode != 0 and "exceeded quota" in second.stderr, second.stderr
+    finally:
+        admin.delete("v1", "ResourceQuota", "kfdef-singleton", NAMESPACE)
+        admin.delete(KFDEF_API, "KfDef", "one", NAMESPACE)

@@ -1,3 +1,6 @@
+// The operator framework's bundle validators for the test suite (tools/build-olm-validate.sh).
+// github.com/operator-framework/api v0.45.0 was the newest release on the module proxy when pinned;
+// it needs go >= 1.26.3, which the local toolchain (GOTOOLCHAIN=local) satisfies.
 module kfdef-operator.invalid/olmvalidate
 
 go 1.26.3

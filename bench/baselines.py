@@ -1,0 +1,147 @@
+"""What users could do without the operator, on the same rendered objects.
+
+- ``kubectl``: ``kubectl apply --server-side --force-conflicts -f rendered.yaml``
+  as a user runs it: the first pass fails for the custom resources (their
+  CRDs are not Established yet), then ``kubectl wait --for
+  condition=established`` on the stack's CRDs, then a second pass.
+- ``floor``: every object server-side applied at once through the
+  operator's own client (bounded concurrency, no stages, no waits), custom
+  resources and objects of not-yet-created namespaces retried until the
+  server takes them: what kube-apiserver allows on this machine.
+
+Objects come from ``kfdef-operator build`` (the operator's own renderer);
+render time is reported apart and not part of either figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kfdef_operator.discovery import Discovery
+from kfdef_operator.kube import KubeApiError, KubeClient
+
+from .context import Bench, run_selector
+from .workload import Workload
+
+JSON = dict[str, Any]
+FLOOR_CONCURRENCY = 48
+FLOOR_FIELD_MANAGER = "bench-floor"
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_CLUSTER_KINDS_WAITED = ("Namespace", "CustomResourceDefinition")
+
+
+def render(bench: Bench, workload: Workload, uri: str) -> tuple[Path, float]:
+    """``kfdef-operator build`` of the workload's KfDef into ``rendered.yaml``; returns it and the seconds taken."""
+    directory = bench.work_dir / "rendered" / workload.suffix
+    directory.mkdir(parents=True, exist_ok=True)
+    kfdef_file = directory / "kfdef.yaml"
+    kfdef_file.write_text(yaml.safe_dump(workload.kfdef(f"stack-{workload.suffix}", "bench", uri)))
+    output = directory / "rendered.yaml"
+    started = time.monotonic()
+    with output.open("wb") as out:
+        subprocess.run([sys.executable, "-m", "kfdef_operator", "build", str(kfdef_file), "-o", "-",
+                        "--cache-dir", str(bench.work_dir / "build-cache")],
+                       stdout=out, stderr=subprocess.PIPE, check=True,
+                       env={**os.environ, "KFDEF_ALLOW_INSECURE_HTTP": "1"})
+    return output, time.monotonic() - started
+
+
+def load(rendered: Path) -> list[JSON]:
+    return [doc for doc in yaml.load_all(rendered.read_text(), Loader=_LOADER) if doc]
+
+
+async def _kubectl(bench: Bench, *args: str) -> tuple[int, float, str]:
+    """Run kubectl with the admin kubeconfig; (exit code, seconds, stderr tail)."""
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        "kubectl", f"--kubeconfig={bench.control_plane.kubeconfig}", f"--cache-dir={bench.work_dir / 'kubectl-cache'}",
+        *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await process.communicate()
+    return process.returncode, time.monotonic() - started, stderr.decode(errors="replace")[-600:]
+
+
+async def kubectl_apply(bench: Bench, workload: Workload, rendered: Path) -> dict:
+    """Apply, wait for the CRDs, apply again; seconds per step and in total."""
+    apply = ("apply", "--server-side", "--force-conflicts", "-f", str(rendered))
+    started = time.monotonic()
+    first_code, first_s, first_err = await _kubectl(bench, *apply)
+    wait_code, wait_s, wait_err = await _kubectl(bench, "wait", "--for", "condition=established", "--timeout=300s",
+                                                 "crd", "-l", run_selector(workload))
+    second_code, second_s, second_err = await _kubectl(bench, *apply)
+    total = time.monotonic() - started
+    if wait_code or second_code:
+        raise RuntimeError(f"kubectl failed: wait {wait_code} {wait_err}; second apply {second_code} {second_err}")
+    return {"s": total, "first_apply_s": first_s, "first_apply_exit": first_code, "wait_s": wait_s,
+            "second_apply_s": second_s, "first_apply_errors": first_err.count("\n")}
+
+
+async def _paths(kube: KubeClient, objects: list[JSON]) -> list[tuple[JSON, str, bool]]:
+    """(object, object path, namespaced) per object; kinds of the stack's CRDs registered from the CRDs."""
+    discovery = Discovery(kube)
+    await discovery.refresh()
+    for obj in objects:
+        if obj["kind"] == "CustomResourceDefinition":
+            discovery.register_crd(obj)
+    result = []
+    for obj in objects:
+        resource = await discovery.resource(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        result.append((obj, resource.object_path(meta["name"], meta.get("namespace")), resource.namespaced))
+    return result
+
+
+async def floor_apply(bench: Bench, objects: list[JSON], *, timeout: float = 300) -> float:
+    """Seconds to server-side apply every object concurrently, retrying those the server cannot take yet."""
+    targets = await _paths(bench.kube, objects)
+
+    async def apply(obj: JSON, path: str) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await bench.kube.apply(path, obj, field_manager=FLOOR_FIELD_MANAGER)
+                return
+            except KubeApiError as error:  # 404: its namespace or CRD is not there yet
+                if error.status != 404 or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.02)
+
+    started = time.monotonic()
+    results = await bench.kube.gather_limited([apply(obj, path) for obj, path, _ in targets], FLOOR_CONCURRENCY)
+    elapsed = time.monotonic() - started
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise RuntimeError(f"{len(errors)} objects not applied, e.g. {errors[0]}")
+    return elapsed
+
+
+async def delete_applied(bench: Bench, objects: list[JSON], *, timeout: float = 300) -> float:
+    """Delete the cluster-scoped objects (namespaces and CRDs take their contents along) and wait until
+    Namespaces and CRDs are gone; returns the seconds taken."""
+    targets = [(obj, path) for obj, path, namespaced in await _paths(bench.kube, objects) if not namespaced]
+    started = time.monotonic()
+
+    async def delete(path: str) -> None:
+        try:
+            await bench.kube.request("DELETE", path)
+        except KubeApiError as error:
+            if error.status != 404:
+                raise
+
+    await bench.kube.gather_limited([delete(path) for _, path in targets], FLOOR_CONCURRENCY)
+    waited = [path for obj, path in targets if obj["kind"] in _CLUSTER_KINDS_WAITED]
+    while True:
+        present = await asyncio.gather(*(bench.kube.get(path) for path in waited))
+        waited = [path for path, live in zip(waited, present) if live is not None]
+        if not waited:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{len(waited)} namespaces/CRDs still there after {timeout:.0f}s")
+        await asyncio.sleep(0.2)

@@ -1,0 +1,144 @@
+"""The benchmark's control plane and what the benchmarks read from kube-apiserver itself.
+
+One embedded :class:`ControlPlane` with the benchmark-only flags of
+``docs/control-plane.md`` section 5 (no priority-and-fairness, no in-flight
+limits; KCM allowed more client QPS), the KfDef CRD, a namespace for the
+KfDefs and a second fake node so that the scale runs never run out of pod
+slots. kube-apiserver's own ``/metrics`` is read raw (Prometheus text) to
+count requests server-side, whoever sent them.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from kfdef_operator.controlplane import FAKE_NODE_NAME, ControlPlane
+
+ROOT = Path(__file__).resolve().parents[1]
+KFDEF_CRD_FILE = ROOT / "crds" / "kfdef.apps.kubeflow.org_kfdefs.yaml"
+KFDEF_NAMESPACE = "bench"
+APISERVER_FLAGS = ("--enable-priority-and-fairness=false", "--max-requests-inflight=0",
+                   "--max-mutating-requests-inflight=0")
+CONTROLLER_MANAGER_FLAGS = ("--kube-api-qps=100", "--kube-api-burst=200")
+# Verbs of apiserver_request_total that change something.
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY", "CREATE", "UPDATE"})
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)')
+_LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One line of a Prometheus text page."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def start_control_plane() -> ControlPlane:
+    """A running control plane with the benchmark flags, the KfDef CRD and the KfDefs' namespace."""
+    control_plane = ControlPlane(apiserver_flags=APISERVER_FLAGS, controller_manager_flags=CONTROLLER_MANAGER_FLAGS)
+    control_plane.start()
+    try:
+        _add_second_node(control_plane)
+        crd = yaml.safe_load(KFDEF_CRD_FILE.read_text())
+        control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, ok=(201, 409))
+        control_plane.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                             "metadata": {"name": KFDEF_NAMESPACE}}, ok=(201, 409))
+        _wait_established(control_plane, crd["metadata"]["name"])
+    except BaseException:
+        control_plane.stop()
+        raise
+    return control_plane
+
+
+def _add_second_node(control_plane: ControlPlane) -> None:
+    """A copy of the fake node under another name; kwok (``--manage-all-nodes``) runs it too."""
+    node = control_plane.request("GET", f"/api/v1/nodes/{FAKE_NODE_NAME}")
+    name = FAKE_NODE_NAME[:-1] + "1"
+    labels = {**node["metadata"]["labels"], "kubernetes.io/hostname": name}
+    copy = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels, "annotations": node["metadata"]["annotations"]},
+            "status": {"capacity": node["status"]["capacity"], "allocatable": node["status"]["allocatable"]}}
+    control_plane.request("POST", "/api/v1/nodes", copy, ok=(201, 409))
+
+
+def _wait_established(control_plane: ControlPlane, crd_name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        crd = control_plane.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"CRD {crd_name} not Established after {timeout:.0f}s")
+
+
+def apiserver_metrics(control_plane: ControlPlane) -> list[Sample]:
+    """kube-apiserver's ``/metrics`` page, parsed."""
+    request = urllib.request.Request(control_plane.server + "/metrics",
+                                     headers={"Authorization": f"Bearer {control_plane.admin_token}"})
+    context = ssl.create_default_context(cafile=str(control_plane.ca_file))
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        return parse_metrics(response.read().decode())
+
+
+def parse_metrics(text: str) -> list[Sample]:
+    samples = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None or line.startswith("#"):
+            continue
+        labels = {m["key"]: m["value"] for m in _LABEL.finditer(match["labels"] or "")}
+        samples.append(Sample(match["name"], labels, float(match["value"])))
+    return samples
+
+
+def _counts_stack(labels: dict[str, str], resources: frozenset[str]) -> bool:
+    """Requests on the stack's own objects (not their status, which controllers write), KfDefs and events."""
+    resource = labels.get("resource", "")
+    if resource in ("kfdefs", "events"):
+        return True
+    return resource in resources and labels.get("subresource", "") == ""
+
+
+def stack_writes(samples: list[Sample], resources: frozenset[str]) -> dict[str, int]:
+    """Server-side write requests (dry runs excluded) on the stack's resources, as ``"VERB resource"`` counts."""
+    counts: dict[str, int] = {}
+    for s in samples:
+        if (s.name == "apiserver_request_total" and s.labels.get("verb") in WRITE_VERBS
+                and s.labels.get("dry_run", "") == "" and _counts_stack(s.labels, resources)):
+            key = f"{s.labels['verb']} {s.labels['resource']}" + (
+                f"/{s.labels['subresource']}" if s.labels.get("subresource") else "")
+            counts[key] = counts.get(key, 0) + int(s.value)
+    return counts
+
+
+def stack_reads(samples: list[Sample], resources: frozenset[str]) -> int:
+    """Server-side non-watch reads (GET, LIST) of the stack's resources, by every client."""
+    return int(sum(s.value for s in samples if s.name == "apiserver_request_total"
+                   and s.labels.get("verb") in ("GET", "LIST") and _counts_stack(s.labels, resources)))
+
+
+def open_watches(samples: list[Sample], resources: frozenset[str]) -> dict[str, int]:
+    """Watches open right now on the stack's resources and KfDefs, by resource (every client)."""
+    counts = {}
+    for s in samples:
+        if (s.name == "apiserver_longrunning_requests" and s.labels.get("verb") == "WATCH"
+                and s.value and _counts_stack(s.labels, resources)):
+            counts[s.labels["resource"]] = counts.get(s.labels["resource"], 0) + int(s.value)
+    return counts
+
+
+def difference(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """``after - before`` per key, zero entries dropped."""
+    keys = set(after) | set(before)
+    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(keys) if after.get(k, 0) != before.get(k, 0)}

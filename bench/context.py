@@ -1,0 +1,143 @@
+"""What every scenario shares: the control plane, an admin client, the archive server, the operator process.
+
+Also the KfDef helpers the scenarios time against: create, wait for a status
+predicate on the watch of KfDefs, delete and wait until gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kfdef_operator.controlplane import ControlPlane
+from kfdef_operator.kube import KubeClient
+from kfdef_operator.ownership import INSTANCE_LABEL, Owner
+from tests.operator_process import OperatorProcess
+
+from .archive_server import ArchiveServer
+from .cluster import KFDEF_NAMESPACE
+from .streams import Arrival, EventStream
+from .workload import RUN_LABEL, Workload, generate, write_tarball
+
+JSON = dict[str, Any]
+KFDEFS_PATH = f"/apis/kfdef.apps.kubeflow.org/v1/namespaces/{KFDEF_NAMESPACE}/kfdefs"
+
+# Collections of the built-in kinds a workload holds: kind -> (API path prefix, plural, namespaced).
+BUILTIN_KINDS = {
+    "Namespace": ("/api/v1", "namespaces", False),
+    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "ValidatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False),
+    "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
+    "Deployment": ("/apis/apps/v1", "deployments", True),
+    "Service": ("/api/v1", "services", True),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+}
+
+
+def stack_resources(workloads: list[Workload]) -> frozenset[str]:
+    """Plurals of every resource the workloads' objects live in (as kube-apiserver's metrics name them)."""
+    plurals = {plural for _, plural, _ in BUILTIN_KINDS.values()}
+    for workload in workloads:
+        plurals.update(workload.plurals.values())
+    return frozenset(plurals)
+
+
+def collection_paths(workload: Workload) -> list[str]:
+    """Cluster-wide collection paths of every kind in the workload (custom resources included)."""
+    paths = [f"{prefix}/{plural}" for prefix, plural, _ in BUILTIN_KINDS.values()]
+    paths += [f"/apis/{group}/v1/{plural}" for (group, _), plural in sorted(workload.plurals.items())]
+    return paths
+
+
+def condition(obj: JSON, type_: str) -> str | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c.get("status")
+    return None
+
+
+def all_applied(obj: JSON) -> bool:
+    """Status says every object is applied and the reconcile is done."""
+    summary = (obj.get("status") or {}).get("summary") or {}
+    return (summary.get("total", 0) > 0 and summary.get("applied") == summary["total"]
+            and condition(obj, "Reconciling") == "False")
+
+
+def is_ready(obj: JSON) -> bool:
+    return condition(obj, "Ready") == "True"
+
+
+@dataclass
+class Bench:
+    """Shared state of one benchmark session."""
+
+    control_plane: ControlPlane
+    kube: KubeClient
+    archives: ArchiveServer
+    work_dir: Path
+    operator: OperatorProcess
+    kfdefs: EventStream
+
+    # -- workloads -------------------------------------------------------------------
+
+    def new_workload(self, scale: float) -> tuple[Workload, str]:
+        """A fresh workload (new names) and the URL its tarball is served at."""
+        workload = generate(self.work_dir / "repos", scale=scale)
+        tarball = write_tarball(workload, self.archives.directory)
+        return workload, self.archives.url(tarball)
+
+    # -- KfDefs ----------------------------------------------------------------------
+
+    async def create_kfdef(self, workload: Workload, uri: str, name: str | None = None) -> tuple[JSON, float]:
+        """POST a KfDef for the workload; returns it and the time the call returned."""
+        body = workload.kfdef(name or f"stack-{workload.suffix}", KFDEF_NAMESPACE, uri)
+        created = await self.kube.request("POST", KFDEFS_PATH, body=body)
+        return created, time.monotonic()
+
+    async def wait_kfdef(self, name: str, predicate: Callable[[JSON], bool], *, after: int, timeout: float,
+                         what: str) -> Arrival:
+        return await self.kfdefs.wait_for(
+            lambda a: a.name == name and a.type != "DELETED" and predicate(a.object),
+            after=after, timeout=timeout, what=f"KfDef {name} {what}")
+
+    async def delete_kfdef(self, name: str, *, timeout: float = 300) -> float:
+        """Delete a KfDef; returns seconds from the delete call returning until it is gone."""
+        mark = self.kfdefs.mark()
+        await self.kube.request("DELETE", f"{KFDEFS_PATH}/{name}")
+        started = time.monotonic()
+        gone = await self.kfdefs.wait_for(lambda a: a.name == name and a.type == "DELETED", after=mark,
+                                          timeout=timeout, what=f"KfDef {name} deletion")
+        return gone.at - started
+
+    async def leftovers(self, workload: Workload, name: str) -> int:
+        """Objects still carrying the KfDef's instance label, in every kind of the workload."""
+        selector = f"{INSTANCE_LABEL}={Owner(name, KFDEF_NAMESPACE, '').label}"
+
+        async def count(path: str) -> int:
+            listing = await self.kube.get(path, labelSelector=selector)  # None: a CRD that is gone
+            return len((listing or {}).get("items") or [])
+
+        return sum(await asyncio.gather(*(count(p) for p in collection_paths(workload))))
+
+    # -- the operator process ----------------------------------------------------------
+
+    async def operator_metrics(self) -> dict[str, float]:
+        return await asyncio.to_thread(self.operator.metrics)
+
+    def operator_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.operator.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS in /proc status")
+
+
+def run_selector(workload: Workload) -> str:
+    return f"{RUN_LABEL}={workload.suffix}"

@@ -1,0 +1,83 @@
+"""``docs/benchmarks.png``: the figures of one session in four panels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 (after selecting the headless backend)
+
+JSON = dict[str, Any]
+_APPLY_BARS = (("operator\n(all applied)", "apply.operator_s"), ("operator\n(Ready)", "apply.operator_ready_s"),
+               ("kubectl SSA\n(+ CRD wait)", "apply.kubectl_ssa_s"), ("floor\n(raw SSA)", "apply.floor_s"),
+               ("render only\n(build)", "render.s"))
+
+
+def _bars(axis, labels: list[str], entries: list[JSON], color: str) -> None:
+    medians = [e["median"] for e in entries]
+    below = [e["median"] - e["min"] for e in entries]
+    above = [e["max"] - e["median"] for e in entries]
+    axis.bar(labels, medians, yerr=[below, above], capsize=4, color=color)
+    for index, value in enumerate(medians):
+        axis.annotate(f"{value:.2f}", (index, value), textcoords="offset points", xytext=(0, 3), ha="center",
+                      fontsize=8)
+
+
+def plot(results: JSON, path: Path) -> None:
+    figure, ((apply_axis, heal_axis), (scale_axis, steps_axis)) = plt.subplots(2, 2, figsize=(13, 9))
+    objects = results["apply.operator_s"].get("objects", 0)
+
+    _bars(apply_axis, [label for label, _ in _APPLY_BARS], [results[key] for _, key in _APPLY_BARS], "#4C72B0")
+    apply_axis.set_title(f"Apply {objects} objects: median, min-max (s)")
+    apply_axis.set_ylabel("seconds")
+    apply_axis.tick_params(axis="x", labelsize=8)
+
+    heal = results["heal.p50_ms"]
+    samples = sorted(heal["samples"])
+    heal_axis.plot(range(1, len(samples) + 1), samples, marker=".", color="#55A868")
+    heal_axis.axhline(heal["value"], color="#55A868", linestyle="--", label=f"p50 {heal['value']:.0f} ms")
+    heal_axis.axhline(results["heal.p99_ms"]["value"], color="#C44E52", linestyle="--",
+                      label=f"p99 {results['heal.p99_ms']['value']:.0f} ms")
+    heal_axis.axhline(100, color="grey", linestyle=":", label="p50 target 100 ms")
+    heal_axis.set_title(f"Deployment heal latency, {len(samples)} deletes (sorted)")
+    heal_axis.set_xlabel("trial (sorted)")
+    heal_axis.set_ylabel("ms")
+    heal_axis.legend(fontsize=8)
+
+    points = sorted(results["scale.sweep"], key=lambda p: p["objects"])
+    xs, ys = [p["objects"] for p in points], [p["applied_s"] for p in points]
+    scale_axis.plot(xs, ys, marker="o", label="one KfDef: all applied")
+    slope = ys[0] / xs[0]
+    scale_axis.plot([0, xs[-1]], [0, slope * xs[-1]], linestyle=":", color="grey",
+                    label="linear from the smallest size")
+    many = results["scale.kfdefs_s"]
+    if many.get("objects"):
+        scale_axis.errorbar([many["objects"]], [many["median"]], yerr=[[many["median"] - many["min"]],
+                                                                       [many["max"] - many["median"]]],
+                            marker="s", color="#C44E52", capsize=4,
+                            label=f"{many['kfdefs']} KfDefs at once: all Ready")
+    scale_axis.set_title("Growth with objects")
+    scale_axis.set_xlabel("objects")
+    scale_axis.set_ylabel("seconds")
+    scale_axis.legend(fontsize=8)
+
+    profile = results.get("profile") or {}
+    steps = profile.get("steps_s") or {}
+    if steps:
+        labels = list(steps)
+        steps_axis.barh(labels, [steps[label] for label in labels], color="#8172B2")
+        steps_axis.invert_yaxis()
+        steps_axis.set_title(f"One in-process reconcile of {profile['objects']} objects: "
+                             f"{profile['reconcile_wall_s']:.2f} s wall; time per step (s)")
+        steps_axis.tick_params(axis="y", labelsize=8)
+    else:
+        steps_axis.set_axis_off()
+
+    figure.suptitle(f"kfdef-operator benchmarks ({results['meta']['date']}, "
+                    f"{results['meta']['machine']['cores']} cores)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

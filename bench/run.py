@@ -1,0 +1,204 @@
+"""``python -m bench``: every scenario on one embedded control plane; writes results and the report.
+
+Rounds interleave the three apply paths (operator, kubectl, floor) so that
+noise from other work on the machine spreads over all of them alike. Each
+round uses fresh names and removes what it created before the next one.
+Must run inside ``tools/netns-run`` (see ``make bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import asyncio
+import logging
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as ``python bench/run.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    __package__ = "bench"  # noqa: A001 (lets the relative imports below resolve)
+
+from kfdef_operator.kube import KubeClient  # noqa: E402
+from tests.operator_process import OperatorProcess  # noqa: E402
+
+from . import baselines, heal, operator_runs, report, scale  # noqa: E402
+from .archive_server import ArchiveServer  # noqa: E402
+from .cluster import start_control_plane  # noqa: E402
+from .context import KFDEFS_PATH, Bench  # noqa: E402
+from .environment import describe  # noqa: E402
+from .stats import percentile, summary  # noqa: E402
+from .streams import EventStream  # noqa: E402
+
+log = logging.getLogger("bench")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything to run."""
+
+    rounds: int
+    scale: float
+    heal_trials: int
+    cascade_trials: int         # namespace and CRD heals
+    idle_window_s: float
+    idle_settle_s: float
+    many_kfdefs: int
+    many_rounds: int
+    sweep: tuple[float, ...]    # extra workload sizes (the default size comes from the apply rounds)
+    profile: bool
+    quick: bool
+
+
+FULL = Plan(rounds=3, scale=1.0, heal_trials=50, cascade_trials=3, idle_window_s=60, idle_settle_s=10,
+            many_kfdefs=20, many_rounds=3, sweep=(2.0, 5.0), profile=True, quick=False)
+QUICK = Plan(rounds=2, scale=0.25, heal_trials=10, cascade_trials=1, idle_window_s=15, idle_settle_s=3,
+             many_kfdefs=5, many_rounds=1, sweep=(0.5,), profile=True, quick=True)
+
+
+async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> None:
+    """One operator run (apply, idle and heal in the first round, no-op restart, teardown), then kubectl, then floor."""
+    workload, uri = bench.new_workload(plan.scale)
+    raw["workloads"].append(workload)
+    log.info("round %d: operator apply of %d objects", index + 1, workload.total)
+    deployed = await operator_runs.deploy(bench, workload, uri)
+    raw["apply.operator_s"].append(deployed.applied_s)
+    raw["apply.operator_ready_s"].append(deployed.ready_s)
+    if index == 0:
+        log.info("idle for %.0f s", plan.idle_window_s)
+        raw["idle"].append(await operator_runs.idle(bench, deployed, window_s=plan.idle_window_s,
+                                                    settle_s=plan.idle_settle_s))
+    log.info("no-op restart")
+    raw["noop"].append(await operator_runs.noop_restart(bench, deployed))
+    if index == 0:
+        log.info("heal: %d Deployment deletes, %d namespace and CRD deletes", plan.heal_trials, plan.cascade_trials)
+        raw["heal.deployment_ms"] = await heal.deployments(bench, deployed, plan.heal_trials)
+        raw["heal.namespace_s"] = await heal.namespaces(bench, deployed, plan.cascade_trials)
+        raw["heal.crd_s"] = await heal.crds(bench, deployed, plan.cascade_trials)
+    log.info("teardown")
+    raw["teardown.s"].append(await operator_runs.teardown(bench, deployed))
+
+    for path in ("kubectl", "floor"):
+        workload, uri = bench.new_workload(plan.scale)
+        rendered, render_s = await asyncio.to_thread(baselines.render, bench, workload, uri)
+        raw["render.s"].append(render_s)
+        objects = baselines.load(rendered)
+        log.info("round %d: %s apply of %d objects", index + 1, path, len(objects))
+        if path == "kubectl":
+            raw["kubectl"].append(await baselines.kubectl_apply(bench, workload, rendered))
+        else:
+            raw["apply.floor_s"].append(await baselines.floor_apply(bench, objects))
+        await baselines.delete_applied(bench, objects)
+
+
+async def _scale(bench: Bench, plan: Plan, raw: dict[str, list]) -> None:
+    for index in range(plan.many_rounds):
+        log.info("scale: %d KfDefs at once (%d/%d)", plan.many_kfdefs, index + 1, plan.many_rounds)
+        raw["many"].append(await scale.many(bench, plan.many_kfdefs))
+    for size in plan.sweep:
+        log.info("scale: one KfDef at x%g", size)
+        raw["sweep"].append(await scale.sweep_point(bench, size))
+
+
+def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
+    noop, idle, kubectl, many = raw["noop"], raw["idle"][0], raw["kubectl"], raw["many"]
+    heal_ms = raw["heal.deployment_ms"]
+    results = {
+        "apply.operator_s": summary(raw["apply.operator_s"], "s", objects=base_objects),
+        "apply.operator_ready_s": summary(raw["apply.operator_ready_s"], "s"),
+        "apply.kubectl_ssa_s": summary([k["s"] for k in kubectl], "s", steps=kubectl),
+        "apply.floor_s": summary(raw["apply.floor_s"], "s", concurrency=baselines.FLOOR_CONCURRENCY),
+        "render.s": summary(raw["render.s"], "s", note="kfdef-operator build (not part of kubectl/floor figures)"),
+        "noop.writes": summary([n["writes_server"] for n in noop], "requests",
+                               operator_client=[n["writes_operator_client"] for n in noop],
+                               by_request=[n["writes_server_by_request"] for n in noop]),
+        "noop.s": summary([n["s"] for n in noop], "s"),
+        "noop.restart_s": summary([n["restart_s"] for n in noop], "s"),
+        "noop.reconcile_s": summary([n["reconcile_s"] for n in noop], "s"),
+        "heal.p50_ms": summary(heal_ms, "ms", value=percentile(heal_ms, 50),
+                               resolution="watch event arrival (asyncio, sub-millisecond)"),
+        "heal.p99_ms": summary(heal_ms, "ms", value=percentile(heal_ms, 99)),
+        "heal.namespace_s": summary(raw["heal.namespace_s"], "s", resolution="watch events"),
+        "heal.crd_s": summary(raw["heal.crd_s"], "s", resolution=f"GET every {heal.POLL_S * 1000:.0f} ms"),
+        "teardown.s": summary(raw["teardown.s"], "s"),
+        "idle.rss_mb": summary([idle["rss_mb"]], "MiB"),
+        "idle.requests_per_min": summary([idle["requests_per_min"]], "requests/min",
+                                         by_verb=idle["requests_by_verb"], window_s=idle["window_s"],
+                                         server_reads_per_min_all_clients=idle["server_reads_per_min_all_clients"]),
+        "idle.watches": {"value": sum(noop[0]["operator_watches"].values()), "unit": "watches",
+                         "by_resource": noop[0]["operator_watches"]},
+        "scale.kfdefs_s": summary([m["s"] for m in many], "s", kfdefs=plan.many_kfdefs,
+                                  objects=many[0]["objects"] if many else 0,
+                                  teardown_s=[m["teardown_s"] for m in many]),
+        "scale.sweep": [{"scale": 1.0 * plan.scale, "objects": base_objects,
+                         "applied_s": summary(raw["apply.operator_s"], "s")["median"],
+                         "objects_per_s": base_objects / summary(raw["apply.operator_s"], "s")["median"]},
+                        *raw["sweep"]],
+    }
+    for key, entry in results.items():
+        if isinstance(entry, dict):
+            entry.setdefault("value", entry.get("median"))
+    return results
+
+
+async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
+    started = time.monotonic()
+    control_plane = await asyncio.to_thread(start_control_plane)
+    raw: dict[str, list] = {k: [] for k in ("apply.operator_s", "apply.operator_ready_s", "apply.floor_s", "render.s",
+                                            "kubectl", "noop", "idle", "teardown.s", "many", "sweep", "workloads")}
+    kube = await KubeClient.connect(str(control_plane.kubeconfig))
+    archive_dir = work_dir / "archives"
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    operator = OperatorProcess(control_plane.kubeconfig, work_dir / "operator")
+    try:
+        with ArchiveServer(archive_dir) as archives:
+            kfdefs = await EventStream(kube, KFDEFS_PATH).start()
+            await asyncio.to_thread(operator.start)
+            bench = Bench(control_plane, kube, archives, work_dir, operator, kfdefs)
+            for index in range(plan.rounds):
+                await _round(bench, plan, index, raw)
+            await _scale(bench, plan, raw)
+            profile = None
+            if plan.profile:
+                from . import profile_apply
+                await asyncio.to_thread(operator.stop)
+                profile = await profile_apply.profile(bench, plan.scale, out.parent / "profile.txt")
+            await kfdefs.close()
+            environment = await describe(bench, raw["workloads"][0], plan)
+    except BaseException:
+        log.error("benchmark failed; operator log tail:\n%s", operator.log_tail(80))
+        raise
+    finally:
+        operator.stop()
+        await kube.close()
+        await asyncio.to_thread(control_plane.stop)
+    results = _results(plan, raw, raw["workloads"][0].total)
+    results["profile"] = profile
+    results["meta"] = {**environment, "duration_s": round(time.monotonic() - started, 1)}
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and a smaller workload (development)")
+    parser.add_argument("--no-profile", action="store_true", help="skip the pyinstrument profile of the apply path")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where benchmarks.md and .png go")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    plan = QUICK if args.quick else FULL
+    if args.no_profile:
+        plan = dataclasses.replace(plan, profile=False)
+    with tempfile.TemporaryDirectory(prefix="kfdef-bench-", dir="/dev/shm") as work_dir:
+        results = asyncio.run(_session(plan, Path(work_dir), args.out, args.docs))
+    report.write(results, args.out, args.docs)
+    log.info("wrote %s, %s", args.out, args.docs / "benchmarks.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""How the operator's time grows with KfDefs and with objects.
+
+- ``many``: N KfDefs of ~100 objects each (their own cluster-scoped names),
+  created together; seconds from the last create call returning until every
+  one is Ready, then the same for their deletion.
+- ``sweep``: one KfDef at several workload sizes; seconds to applied and
+  objects per second, to show growth against object count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from .context import Bench, is_ready
+from .operator_runs import Deployed, deploy, teardown
+from .workload import Workload
+
+SMALL_STACK_SCALE = 1 / 6  # ~100 objects
+
+
+async def many(bench: Bench, count: int, *, timeout: float = 900) -> dict:
+    """Create ``count`` small KfDefs at once; seconds until all are Ready and until all are torn down."""
+    stacks: list[tuple[Workload, str]] = [bench.new_workload(SMALL_STACK_SCALE) for _ in range(count)]
+    mark = bench.kfdefs.mark()
+    created = await asyncio.gather(*(bench.create_kfdef(w, uri) for w, uri in stacks))
+    started = max(at for _, at in created)
+    names = [body["metadata"]["name"] for body, _ in created]
+    ready = await asyncio.gather(*(bench.wait_kfdef(n, is_ready, after=mark, timeout=timeout, what="Ready")
+                                   for n in names))
+    all_ready_s = max(a.at for a in ready) - started
+    deployed = [Deployed(n, w, 0.0, 0.0) for n, (w, _) in zip(names, stacks)]
+    teardown_started = time.monotonic()
+    await asyncio.gather(*(teardown(bench, d, timeout=timeout) for d in deployed))
+    return {"s": all_ready_s, "objects": sum(w.total for w, _ in stacks),
+            "teardown_s": time.monotonic() - teardown_started}
+
+
+async def sweep_point(bench: Bench, scale: float) -> dict:
+    """One KfDef of the workload at ``scale``: applied and Ready times, objects per second."""
+    workload, uri = bench.new_workload(scale)
+    deployed = await deploy(bench, workload, uri)
+    teardown_s = await teardown(bench, deployed)
+    return {"scale": scale, "objects": workload.total, "applied_s": deployed.applied_s, "ready_s": deployed.ready_s,
+            "objects_per_s": workload.total / deployed.applied_s, "teardown_s": teardown_s}

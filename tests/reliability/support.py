@@ -1,0 +1,278 @@
+"""Helpers shared by the reliability tests: stack bookkeeping, convergence checks, local servers, certificates."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import io
+import json
+import ssl
+import statistics
+import subprocess
+import tarfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from kfdef_operator.inventory import ObjectRef, split_api_version
+from kfdef_operator.ownership import INSTANCE_LABEL, Owner
+from tests.cluster.conftest import KFDEF_API
+from tests.cluster.test_reconciler import stack_objects
+from tests.kube import Kube, wait_for
+
+Ident = tuple[str, str, str, str | None]  # (apiVersion, kind, name, namespace)
+
+
+# --- what a stack renders, and what carries its label ------------------------------------------------------
+
+def ref_of_ident(ident: Ident) -> ObjectRef:
+    api_version, kind, name, namespace = ident
+    return ObjectRef(split_api_version(api_version)[0], kind, namespace or "", name)
+
+
+def expected_ids(idents: Iterable[Ident]) -> set[str]:
+    return {ref_of_ident(i).id for i in idents}
+
+
+def labelled_objects(kube: Kube, kinds: Iterable[tuple[str, str]], label: str) -> list[str]:
+    """Inventory-style ids of every object of ``kinds`` carrying the instance label ``label``, cluster-wide.
+
+    A kind that is no longer served (its CRD is gone) holds nothing.
+    """
+    found = []
+    for api_version, kind in sorted(set(kinds)):
+        try:
+            items = kube.resource(api_version, kind).get(label_selector=f"{INSTANCE_LABEL}={label}").items
+        except ResourceNotFoundError:
+            continue
+        except ApiException as error:
+            if error.status == 404:
+                continue
+            raise
+        group = split_api_version(api_version)[0]
+        found += [ObjectRef(group, kind, item.metadata.namespace or "", item.metadata.name).id for item in items]
+    return sorted(found)
+
+
+def stack_kinds(stack) -> list[tuple[str, str]]:
+    return sorted({(a, k) for a, k, _, _ in stack_objects(stack)})
+
+
+def instance_label(name: str, namespace: str) -> str:
+    return Owner(name, namespace, "").label
+
+
+def kfdef(kube: Kube, name: str, namespace: str) -> dict | None:
+    return kube.get(KFDEF_API, "KfDef", name, namespace)
+
+
+def condition(obj: dict | None, type_: str) -> dict:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return {}
+
+
+def is_converged(obj: dict | None, ids: set[str]) -> bool:
+    """Ready for the current generation, with an inventory of exactly ``ids`` and no duplicate entry."""
+    if obj is None:
+        return False
+    status = obj.get("status") or {}
+    ready = condition(obj, "Ready")
+    entries = [e["id"] for e in (status.get("inventory") or {}).get("entries") or []]
+    return (ready.get("status") == "True" and ready.get("observedGeneration") == obj["metadata"]["generation"]
+            and status.get("observedGeneration") == obj["metadata"]["generation"]
+            and len(entries) == len(set(entries)) and set(entries) == ids)
+
+
+def wait_converged(kube: Kube, name: str, namespace: str, ids: set[str], *, timeout: float = 90) -> dict:
+    def check():
+        obj = kfdef(kube, name, namespace)
+        return obj if is_converged(obj, ids) else None
+    try:
+        return wait_for(check, timeout=timeout, what=f"KfDef {namespace}/{name} Ready with inventory {sorted(ids)}")
+    except AssertionError:
+        obj = kfdef(kube, name, namespace) or {}
+        raise AssertionError(f"KfDef {namespace}/{name} did not converge in {timeout:.0f}s; status: "
+                             f"{json.dumps(obj.get('status'), indent=1)[:3000]}") from None
+
+
+def delete_kfdefs(kube: Kube, namespace: str, names: Iterable[str] | None = None, *, timeout: float = 180) -> None:
+    """Delete KfDefs (all of the namespace by default) at once, then wait until every one is gone."""
+    if names is None:
+        names = [item.metadata.name for item in kube.resource(KFDEF_API, "KfDef").get(namespace=namespace).items]
+    names = list(names)
+    for name in names:
+        kube.delete(KFDEF_API, "KfDef", name, namespace)
+    wait_for(lambda: not [n for n in names if kube.exists(KFDEF_API, "KfDef", n, namespace)], timeout=timeout,
+             what=f"{len(names)} KfDef(s) in {namespace} gone")
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 2) if values else 0.0
+
+
+# --- the operator's log ------------------------------------------------------------------------------------
+
+class LogWindow:
+    """The part of the operator's log written since this window was opened."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def text(self) -> str:
+        with open(self.path, "rb") as stream:
+            stream.seek(self.offset)
+            return stream.read().decode(errors="replace")
+
+
+# --- a local server of manifest tarballs -------------------------------------------------------------------
+
+def tarball(root: Path, *, top: str = "manifests") -> bytes:
+    """``root`` as a .tar.gz with everything under one top-level directory (as GitHub serves archives)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(root, arcname=top)
+    return buffer.getvalue()
+
+
+@dataclass
+class Route:
+    """What one path answers: ``ok`` (the body), ``500``, ``404``, ``slow`` (never answers in time),
+    ``truncated`` (half the body, announced as complete)."""
+
+    body: bytes = b""
+    mode: str = "ok"
+    hits: list[float] = field(default_factory=list)
+    authorization: list[str] = field(default_factory=list)
+
+
+class TarballServer:
+    """A threaded HTTP(S) server on 127.0.0.1 whose routes can be switched while the operator fetches."""
+
+    def __init__(self, port: int = 0, *, tls: tuple[Path, Path] | None = None) -> None:
+        self.routes: dict[str, Route] = {}
+        self.release = threading.Event()  # lets stalled ("slow") answers finish
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                route = server.routes.get(self.path.split("?")[0])
+                if route is None:
+                    self.send_error(404, "Not Found")
+                    return
+                route.hits.append(time.monotonic())
+                route.authorization.append(self.headers.get("Authorization", ""))
+                if route.mode == "slow":
+                    server.release.wait(30)
+                    if route.mode == "slow":
+                        return
+                if route.mode in ("500", "404"):
+                    self.send_error(int(route.mode))
+                    return
+                body = route.body[: len(route.body) // 2] if route.mode == "truncated" else route.body
+                self.send_response(200)
+                self.send_header("Content-Type", "application/gzip")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.daemon_threads = True
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        self.scheme = "https" if tls else "http"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str, userinfo: str = "") -> str:
+        return f"{self.scheme}://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}{path}"
+
+    def serve(self, path: str, body: bytes, mode: str = "ok") -> Route:
+        self.routes[path] = Route(body, mode)
+        return self.routes[path]
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# --- certificates ------------------------------------------------------------------------------------------
+
+def self_signed_cert(directory: Path, name: str = "localhost") -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and localhost (cert, key), made with openssl."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert),
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def ca_bundle_b64(cert: Path) -> str:
+    return base64.b64encode(cert.read_bytes()).decode()
+
+
+class AdmissionServer:
+    """An HTTPS validating admission webhook on 127.0.0.1 that denies everything sent to it."""
+
+    MESSAGE = "denied by the reliability test policy"
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.reviews: list[dict] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                review = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                server.reviews.append(review)
+                answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+                    "uid": (review.get("request") or {}).get("uid", ""), "allowed": False,
+                    "status": {"code": 403, "message": AdmissionServer.MESSAGE}}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(cert), str(key))
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}/validate"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def retry_api(call: Callable[[], object], attempts: int = 20) -> object:
+    """Run an admin request that may hit the API server while it restarts."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Exception:  # connection refused/reset during a restart
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
