@@ -1,0 +1,35 @@
+"""The sample KfDefs in kfdefs/ are valid: they parse and fit the CRD's schema unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kfdef_operator.model import parse_kfdef
+from tests.unit.test_model import CRD, schema_problems
+
+KFDEFS = Path(__file__).parents[2] / "kfdefs"
+SAMPLES = sorted([*KFDEFS.glob("*.yaml"), KFDEFS / "demo" / "kfdef.yaml"])
+
+
+def test_there_are_samples_for_the_demo_and_each_kubeflow_era():
+    names = {p.name for p in SAMPLES}
+    assert {"kfdef.yaml", "kubeflow-v1.0.2-k8s-istio.yaml", "kubeflow-v1.2.0-stacks.yaml",
+            "kubeflow-v1.9.1-kustomize.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_sample_parses_and_fits_the_crd_schema(path):
+    obj = yaml.safe_load(path.read_text())
+    kfdef = parse_kfdef(obj)
+    assert kfdef.name and kfdef.namespace and kfdef.applications
+    schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema_problems(obj, schema) == []
+
+
+def test_stacks_sample_uses_stacks_rendering_and_the_legacy_one_does_not():
+    by_name = {p.name: parse_kfdef(yaml.safe_load(p.read_text())) for p in SAMPLES}
+    assert by_name["kubeflow-v1.2.0-stacks.yaml"].uses_stacks
+    assert not by_name["kubeflow-v1.0.2-k8s-istio.yaml"].uses_stacks
