@@ -33,6 +33,7 @@ from .discovery import Discovery, Resource, UnknownKind
 from .inventory import ObjectRef, ref_of
 from .kube import KubeApiError, KubeClient
 from .ownership import (FIELD_MANAGER, RECREATE_ANNOTATION, Claim, Owner, claim_of, release_patch, stamp)
+from .pruning import prune_custom_resource, version_schema
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -166,15 +167,41 @@ class ApplyEngine:
                 == desired["metadata"]["annotations"]["kfdef.apps.kubeflow.org/digest"]
                 and not live_meta.get("deletionTimestamp")):
             return Outcome(ref, UNCHANGED)
-        path = resource.path_of(ref)
         try:
-            live, created = await self.kube.apply(path, desired, field_manager=FIELD_MANAGER)
+            live, created, dropped = await self.server_side_apply(ref, desired, resource)
         except KubeApiError as error:
             if _is_immutable_error(error):
                 return await self._recreate(ref, desired, resource, error)
             return Outcome(ref, FAILED, describe_api_error(error))
         action = CREATED if created else (ADOPTED if claim is Claim.UNCLAIMED else CONFIGURED)
-        return Outcome(ref, action, live=live)
+        note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
+        return Outcome(ref, action, note, live=live)
+
+    async def server_side_apply(self, ref: ObjectRef, desired: JSON, resource: Resource, *,
+                                dry_run: bool = False) -> tuple[JSON, bool, list[str]]:
+        """Apply ``desired``; returns (live object, created, fields dropped).
+
+        A custom resource with fields its CRD's structural schema does not
+        declare is refused by server-side apply, while ``kubectl create`` or a
+        client-side apply would have had them silently pruned. Such an object
+        is pruned against the schema the way the server prunes, and applied
+        again.
+        """
+        path = resource.path_of(ref)
+        try:
+            live, created = await self.kube.apply(path, desired, field_manager=FIELD_MANAGER, dry_run=dry_run)
+            return live, created, []
+        except KubeApiError as error:
+            if "not declared in schema" not in error.message or not ordering.is_custom_group(ref.group):
+                raise
+            crd = await self.kube.get(
+                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{resource.plural}.{resource.group}")
+            pruned, dropped = prune_custom_resource(desired, version_schema(crd or {}, resource.version))
+            if not dropped:
+                raise
+            log.info("%s: dropping fields its CRD does not declare: %s", ref, ", ".join(dropped))
+            live, created = await self.kube.apply(path, pruned, field_manager=FIELD_MANAGER, dry_run=dry_run)
+            return live, created, dropped
 
     async def _recreate(self, ref: ObjectRef, desired: JSON, resource: Resource, error: KubeApiError) -> Outcome:
         allowed = (desired["metadata"].get("annotations") or {}).get(RECREATE_ANNOTATION)

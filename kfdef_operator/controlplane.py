@@ -98,6 +98,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(popen: subprocess.Popen, sig: int, timeout: float) -> None:
+    """Stop one child by its PID: ``sig``, then SIGKILL if it is still there after ``timeout`` seconds."""
+    if popen.poll() is not None:
+        return
+    popen.send_signal(sig)
+    try:
+        popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
 @dataclass
 class _Process:
     name: str
@@ -119,15 +131,8 @@ class _Process:
         return self.popen is not None and self.popen.poll() is None
 
     def stop(self) -> None:
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        if self.popen is not None:
+            stop_process(self.popen, signal.SIGTERM, _STOP_TIMEOUT_S)
         self.popen = None
 
     def log_tail(self, lines: int = 30) -> str:

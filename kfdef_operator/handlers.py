@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import kopf
 
@@ -70,16 +70,18 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.create(GROUP, VERSION, PLURAL, backoff=10)
 @kopf.on.update(GROUP, VERSION, PLURAL, backoff=10)
 async def reconcile(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-    try:
-        await memo.operator.reconcile(_plain(body), attempt=retry)
-    except Retry as error:
-        raise kopf.TemporaryError(str(error), delay=error.delay)
+    await _retrying(memo.operator.reconcile, body, retry)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, backoff=10)
 async def teardown(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    await _retrying(memo.operator.teardown, body, retry)
+
+
+async def _retrying(step: Callable[..., Awaitable[None]], body: kopf.Body, retry: int) -> None:
+    """Run one operator step; its Retry becomes kopf's TemporaryError with the step's own delay."""
     try:
-        await memo.operator.teardown(_plain(body), attempt=retry)
+        await step(_plain(body), attempt=retry)
     except Retry as error:
         raise kopf.TemporaryError(str(error), delay=error.delay)
 

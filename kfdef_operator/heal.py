@@ -34,7 +34,7 @@ from .apply import FAILED, Outcome
 from .drift import comparable, drifted
 from .inventory import ObjectRef
 from .kube import KubeApiError
-from .ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, FIELD_MANAGER, reconcile_disabled
+from .ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, reconcile_disabled
 from .tracker import LiveObject
 
 if TYPE_CHECKING:
@@ -190,20 +190,19 @@ class Healer:
         if resource is None:
             return None
         desired = self._op.desired_stamped(stack, ref, adopted=request.adopted)
-        kube = self._op.kube
-        path = resource.path_of(ref)
+        kube, engine = self._op.kube, self._op.engine
         try:
             if request.cause == "drift":
-                live = await kube.get(path)
+                live = await kube.get(resource.path_of(ref))
                 if live is None:
                     request.cause = "deleted"
                 elif ((live["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION)
                       == desired["metadata"]["annotations"][DIGEST_ANNOTATION]):
-                    dry, _ = await kube.apply(path, desired, field_manager=FIELD_MANAGER, dry_run=True)
+                    dry, _, _ = await engine.server_side_apply(ref, desired, resource, dry_run=True)
                     if comparable(dry) == comparable(live):
                         self._in_sync[ref] = self._sync_key(live)
                         return None
-            applied, _ = await kube.apply(path, desired, field_manager=FIELD_MANAGER)
+            applied, _, _ = await engine.server_side_apply(ref, desired, resource)
         except KubeApiError as error:
             return await self._heal_failed(stack, ref, request, error)
         elapsed = time.monotonic() - request.observed_at

@@ -68,25 +68,22 @@ def _deployment(obj: JSON) -> Health:
     return READY
 
 
-def _replicas_ready(obj: JSON) -> Health:
+def _counted(obj: JSON, ready: int, want: int, noun: str) -> Health:
     if not _generation_observed(obj):
         return Health(State.PROGRESSING, "rollout not observed yet")
-    status = obj.get("status") or {}
-    want = (obj.get("spec") or {}).get("replicas", 1)
-    ready = status.get("readyReplicas", 0)
     if ready < want:
-        return Health(State.PROGRESSING, f"{ready}/{want} replicas ready")
+        return Health(State.PROGRESSING, f"{ready}/{want} {noun} ready")
     return READY
+
+
+def _replicas_ready(obj: JSON) -> Health:
+    status = obj.get("status") or {}
+    return _counted(obj, status.get("readyReplicas", 0), (obj.get("spec") or {}).get("replicas", 1), "replicas")
 
 
 def _daemonset(obj: JSON) -> Health:
-    if not _generation_observed(obj):
-        return Health(State.PROGRESSING, "rollout not observed yet")
     status = obj.get("status") or {}
-    want, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
-    if ready < want:
-        return Health(State.PROGRESSING, f"{ready}/{want} pods ready")
-    return READY
+    return _counted(obj, status.get("numberReady", 0), status.get("desiredNumberScheduled", 0), "pods")
 
 
 def _job(obj: JSON) -> Health:

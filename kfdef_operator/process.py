@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .controlplane import free_port
+from .controlplane import free_port, stop_process
 
 
 class OperatorProcess:
@@ -69,15 +69,8 @@ class OperatorProcess:
         return samples
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        if self.popen is not None:
+            stop_process(self.popen, sig, timeout)
         self.popen = None
 
     def kill(self) -> None:

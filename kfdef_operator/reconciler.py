@@ -224,6 +224,7 @@ class Operator:
         if duplicates:
             stack.problems["render"] = f"rendered twice (last wins): {st.list_objects(duplicates)}"
 
+        await self._record_intent(stack)
         await self.tracker.watch({r for _, r in resolved})
 
         async def apply_progress(stage: str, applied: int, total: int) -> None:
@@ -262,6 +263,21 @@ class Operator:
         if failures:
             await self.events.record(body, "Warning", "ApplyFailed", self._failure_message(failures))
             raise Retry(f"{len(failures)} object(s) not applied", _backoff(attempt, base=10.0))
+
+    async def _record_intent(self, stack: Stack) -> None:
+        """Add the objects about to be applied for the first time to the inventory, before applying them.
+
+        If the operator dies mid-apply and the KfDef is deleted before it comes back, the teardown still
+        knows every object that may exist. Entries that were never created read as gone; objects held by
+        someone else are skipped by prune and teardown (they check the claim), so a wider inventory is safe.
+        """
+        previous = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
+        new = [ref for ref in stack.desired if ref not in previous]
+        if not new:
+            return
+        entries = [{"id": ref.id, "v": version} for ref, version in previous.items()]
+        entries += [{"id": ref.id, "v": inventory.version_of(stack.desired[ref])} for ref in new]
+        await self.write_status(stack, {"inventory": {"entries": entries}})
 
     @staticmethod
     def _failure_message(failures: list[Outcome]) -> str:

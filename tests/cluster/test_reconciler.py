@@ -6,10 +6,12 @@ import copy
 import re
 
 import pytest
+import yaml
 
 from kfdef_operator.ownership import DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason, wait_ready
 from tests.kube import wait_for
+from tests.stacks import crd, write_package
 
 pytestmark = pytest.mark.cluster
 
@@ -189,3 +191,29 @@ def test_operator_restart_mid_apply_converges_and_an_unchanged_kfdef_writes_noth
 
 def _kfdefs_in_cluster(kube) -> int:
     return len(kube.resource(KFDEF_API, "KfDef").get().items)
+
+
+def test_custom_resource_fields_outside_a_strict_schema_are_pruned_not_refused(operator, kube, kfdef_namespace,
+                                                                                new_stack):
+    """kubectl-era manifests relied on silent pruning; server-side apply would refuse the whole object."""
+    stack = new_stack()
+    strict = crd(stack.group, "Widget")
+    strict["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}
+    write_package(stack.root, "crds", [strict])
+    widget_file = stack.root / "app" / "base" / "05-widget.yaml"
+    widget = yaml.safe_load(widget_file.read_text())
+    widget["spec"]["colour"] = "red"  # not declared by the schema
+    widget_file.write_text(yaml.safe_dump(widget))
+
+    kube.apply(stack.kfdef("strict", kfdef_namespace))
+    status = wait_ready(kube, "strict", kfdef_namespace)["status"]
+    assert status["failures"] == []
+    assert kube.get(f"{stack.group}/v1", "Widget", "sample", stack.namespace)["spec"] == {"size": 1}
+    # Healing uses the same pruning: the Widget comes back, and no fight is reported.
+    old_uid = kube.get(f"{stack.group}/v1", "Widget", "sample", stack.namespace)["metadata"]["uid"]
+    kube.delete(f"{stack.group}/v1", "Widget", "sample", stack.namespace)
+    wait_for(lambda: (kube.get(f"{stack.group}/v1", "Widget", "sample", stack.namespace) or {})
+             .get("metadata", {}).get("uid") not in (None, old_uid), timeout=30, what="Widget re-created")
+    degraded = kube.condition(kube.get(KFDEF_API, "KfDef", "strict", kfdef_namespace), "Degraded")
+    assert degraded["status"] == "False"
