@@ -184,9 +184,12 @@ def test_operator_under_deploy_rbac_deploys_heals_and_tears_down_a_stack(
         admin.delete("apps/v1", "Deployment", "operator", stack.namespace)
         wait_for(lambda: admin.exists("apps/v1", "Deployment", "operator", stack.namespace), what="the heal")
 
-        metrics = process.metrics()
+        # Right after the heal the new Deployment is not Available yet, so Ready is False for a moment:
+        # the gauge must come back to 1 once kwok has run the new pod.
+        ready_gauge = 'kfdef_condition{namespace="kfdefs",name="rbac",type="Ready"}'
+        metrics = wait_for(lambda: (m := process.metrics()).get(ready_gauge) == 1.0 and m, timeout=60,
+                           what="Ready gauge back at 1")
         assert any(key.startswith("kfdef_reconcile_duration_seconds_count") for key in metrics), metrics
-        assert metrics.get('kfdef_condition{namespace="kfdefs",name="rbac",type="Ready"}') == 1.0
 
         admin.delete(KFDEF_API, "KfDef", "rbac", "kfdefs")
         admin.wait_gone(KFDEF_API, "KfDef", "rbac", "kfdefs", timeout=120)
