@@ -47,5 +47,16 @@ olm-bundle: venv control-plane olm-validate
 	PATH=$(K8SBIN):$$PATH $(PY) tools/gen-olm-bundle.py
 	$(OLM_VALIDATE) -k8s-version 1.36 olm-bundle
 
+# Benchmarks (bench/): bench/results.json, docs/benchmarks.md and .png; about 20 minutes.
+# bench-quick: a smaller workload and fewer runs for development, written to build/bench-quick/.
+.PHONY: bench-quick
+bench: venv control-plane
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(RUN) $(PY) -m bench
+
+bench-quick: venv control-plane
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(RUN) $(PY) -m bench --quick
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info

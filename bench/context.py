@@ -25,26 +25,19 @@ from .workload import RUN_LABEL, Workload, generate, write_tarball
 JSON = dict[str, Any]
 KFDEFS_PATH = f"/apis/kfdef.apps.kubeflow.org/v1/namespaces/{KFDEF_NAMESPACE}/kfdefs"
 
-# Collections of the built-in kinds a workload holds: kind -> (API path prefix, plural, namespaced).
-BUILTIN_KINDS = {
-    "Namespace": ("/api/v1", "namespaces", False),
-    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "ValidatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False),
-    "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "Service": ("/api/v1", "services", True),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+# Collections of the built-in kinds a workload holds, by API path prefix.
+BUILTIN_COLLECTIONS = {
+    "/api/v1": ("namespaces", "services", "serviceaccounts", "configmaps"),
+    "/apis/apps/v1": ("deployments",),
+    "/apis/apiextensions.k8s.io/v1": ("customresourcedefinitions",),
+    "/apis/rbac.authorization.k8s.io/v1": ("clusterroles", "clusterrolebindings", "roles", "rolebindings"),
+    "/apis/admissionregistration.k8s.io/v1": ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"),
 }
 
 
 def stack_resources(workloads: list[Workload]) -> frozenset[str]:
     """Plurals of every resource the workloads' objects live in (as kube-apiserver's metrics name them)."""
-    plurals = {plural for _, plural, _ in BUILTIN_KINDS.values()}
+    plurals = {plural for group in BUILTIN_COLLECTIONS.values() for plural in group}
     for workload in workloads:
         plurals.update(workload.plurals.values())
     return frozenset(plurals)
@@ -52,7 +45,7 @@ def stack_resources(workloads: list[Workload]) -> frozenset[str]:
 
 def collection_paths(workload: Workload) -> list[str]:
     """Cluster-wide collection paths of every kind in the workload (custom resources included)."""
-    paths = [f"{prefix}/{plural}" for prefix, plural, _ in BUILTIN_KINDS.values()]
+    paths = [f"{prefix}/{plural}" for prefix, plurals in BUILTIN_COLLECTIONS.items() for plural in plurals]
     paths += [f"/apis/{group}/v1/{plural}" for (group, _), plural in sorted(workload.plurals.items())]
     return paths
 
@@ -104,9 +97,15 @@ class Bench:
 
     async def wait_kfdef(self, name: str, predicate: Callable[[JSON], bool], *, after: int, timeout: float,
                          what: str) -> Arrival:
-        return await self.kfdefs.wait_for(
-            lambda a: a.name == name and a.type != "DELETED" and predicate(a.object),
-            after=after, timeout=timeout, what=f"KfDef {name} {what}")
+        """The first event of KfDef ``name`` past ``after`` satisfying ``predicate``; raises if it turns Degraded."""
+        def check(arrival: Arrival) -> bool:
+            if arrival.name != name or arrival.type == "DELETED":
+                return False
+            if condition(arrival.object, "Degraded") == "True":
+                raise RuntimeError(f"KfDef {name} is Degraded: {arrival.object['status'].get('failures')}")
+            return predicate(arrival.object)
+
+        return await self.kfdefs.wait_for(check, after=after, timeout=timeout, what=f"KfDef {name} {what}")
 
     async def delete_kfdef(self, name: str, *, timeout: float = 300) -> float:
         """Delete a KfDef; returns seconds from the delete call returning until it is gone."""

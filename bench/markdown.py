@@ -73,7 +73,7 @@ def _profile(profile: JSON | None) -> list[str]:
     verbs = ", ".join(f"{n} {verb}" for verb, n in sorted(profile["requests_by_verb"].items()))
     return [f"One reconcile of {profile['objects']} objects, in-process, {_fmt(wall)} s wall; requests: {verbs}. "
             f"Apply stages in order: {', '.join(_fmt(s) for s in profile['stage_s'])} s. "
-            f"Full pyinstrument tree: `{profile['pyinstrument_text']}`.", "",
+            f"Full pyinstrument tree: `bench/{profile['pyinstrument_text']}`.", "",
             *_table(["step", "seconds", "share of wall"], rows)]
 
 

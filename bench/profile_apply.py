@@ -20,6 +20,7 @@ from pyinstrument import Profiler
 
 from kfdef_operator import reconciler
 from kfdef_operator.kube import KubeClient
+from kfdef_operator.sources import FetchOptions
 
 from .context import KFDEFS_PATH, Bench, all_applied
 
@@ -72,7 +73,8 @@ async def profile(bench: Bench, scale: float, output: Path) -> dict:
     """Reconcile a fresh workload once in-process; write the pyinstrument text to ``output``; return a summary."""
     workload, uri = bench.new_workload(scale)
     kube = await KubeClient.connect(str(bench.control_plane.kubeconfig))
-    operator = reconciler.Operator(kube, work_dir=bench.work_dir / "profile-operator")
+    operator = reconciler.Operator(kube, work_dir=bench.work_dir / "profile-operator",
+                                   fetch_options=FetchOptions.from_env(allow_insecure_http=True))
     timings: Timings = defaultdict(list)
     undo = _instrument(operator, timings)
     try:
@@ -81,8 +83,10 @@ async def profile(bench: Bench, scale: float, output: Path) -> dict:
         profiler = Profiler(interval=0.001, async_mode="enabled")
         started = time.monotonic()
         profiler.start()
-        await operator.reconcile(body)
-        profiler.stop()
+        try:
+            await operator.reconcile(body)
+        finally:
+            profiler.stop()
         wall = time.monotonic() - started
         output.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
         requests = kube.stats().by_verb
@@ -98,4 +102,4 @@ async def profile(bench: Bench, scale: float, output: Path) -> dict:
     return {"objects": workload.total, "reconcile_wall_s": wall, "requests_by_verb": requests,
             "steps_s": {label: round(sum(durations), 3) for label, durations in timings.items()},
             "stage_s": [round(d, 3) for d in timings["apply stage (per stage)"]],
-            "pyinstrument_text": str(output.relative_to(output.parents[1]))}
+            "pyinstrument_text": output.name}

@@ -283,7 +283,8 @@ def _dump(path: Path, documents: list[JSON]) -> None:
 def generate(parent: Path, *, scale: float = 1.0, suffix: str | None = None) -> Workload:
     """Write a workload repo under ``parent/manifests-<suffix>/`` and describe it."""
     shape = Shape.scaled(scale)
-    suffix = suffix or uuid.uuid4().hex[:6]
+    # A letter first: kustomize reads YAML 1.2, where a value like 5962e0 is a number.
+    suffix = suffix or "w" + uuid.uuid4().hex[:5]
     builder = _Builder(shape, suffix)
     builder.build()
     root = parent / f"manifests-{suffix}"

@@ -470,8 +470,8 @@ def _write_legacy_kustomization(kfdef: KfDef, app: Application, app_dir: Path, b
         if not overlay_dir.is_dir():
             available = sorted(p.name for p in (app_dir / "overlays").glob("*") if p.is_dir())
             field = f"spec.applications[{kfdef.applications.index(app)}].kustomizeConfig.overlays[{index}]"
-            raise RenderError(app.name, f"{field}: overlay {name!r} does not exist in {config.repo_ref.path}/overlays/ "
-                                        f"(available: {', '.join(available) or 'none'})")
+            raise RenderError(app.name, f"overlay {name!r} does not exist in {config.repo_ref.path}/overlays/ "
+                                        f"(available: {', '.join(available) or 'none'}); fix {field}")
         overlay = _read_kustomization(overlay_dir, app.name)
         if overlay is None:
             raise RenderError(app.name, f"overlay {name!r} has no kustomization.yaml")

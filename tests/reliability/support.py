@@ -27,6 +27,10 @@ from tests.kube import Kube, wait_for
 
 Ident = tuple[str, str, str, str | None]  # (apiVersion, kind, name, namespace)
 
+#: Knobs of the reliability package's operator: a short fetch read timeout and teardown wave timeout, so that
+#: the fault scenarios take seconds, not minutes. Production defaults: 60 s and 60 s.
+OPERATOR_ENV = {"KFDEF_FETCH_READ_TIMEOUT": "2", "KFDEF_TEARDOWN_WAVE_TIMEOUT": "6"}
+
 
 # --- what a stack renders, and what carries its label ------------------------------------------------------
 
@@ -100,6 +104,15 @@ def wait_converged(kube: Kube, name: str, namespace: str, ids: set[str], *, time
         obj = kfdef(kube, name, namespace) or {}
         raise AssertionError(f"KfDef {namespace}/{name} did not converge in {timeout:.0f}s; status: "
                              f"{json.dumps(obj.get('status'), indent=1)[:3000]}") from None
+
+
+def wait_ready(kube: Kube, name: str, namespace: str, *, timeout: float = 120) -> dict:
+    """The KfDef once Ready; on timeout, fail with its conditions."""
+    try:
+        return kube.wait_condition(KFDEF_API, "KfDef", name, "Ready", namespace=namespace, timeout=timeout)
+    except AssertionError as error:
+        conditions = ((kfdef(kube, name, namespace) or {}).get("status") or {}).get("conditions")
+        raise AssertionError(f"{error}; conditions: {json.dumps(conditions, indent=1)}") from None
 
 
 def delete_kfdefs(kube: Kube, namespace: str, names: Iterable[str] | None = None, *, timeout: float = 180) -> None:
