@@ -1,6 +1,8 @@
 """Profile of the operator's apply path: ``reconciler.Operator`` driven in-process under pyinstrument.
 
-The operator process must be stopped (nothing else reconciles the KfDef).
+Two reconciles of one fresh KfDef, each by a newly started operator: the
+first applies everything, the second is the no-op after a restart. The
+operator process must be stopped (nothing else reconciles the KfDef).
 Besides the pyinstrument tree (written as text), the steps of the pipeline
 are timed by wrapping them, so the report can say where the wall-clock time
 of one reconcile goes: fetching sources, rendering (kustomize), the apply
@@ -49,18 +51,25 @@ def _timed(owner: Any, attribute: str, label: str, timings: Timings) -> None:
     setattr(owner, attribute, wrapper)
 
 
+STEP_LABELS = ("fetch sources", "render (kustomize)", "API-version upgrade check", "start watches (list + sync)",
+               "apply stages (sum)", "  of which: live-metadata lists", "wait for CRDs Established",
+               "status writes", "events")
+
+
 def _instrument(operator: reconciler.Operator, timings: Timings) -> Callable[[], None]:
-    """Time the pipeline's steps; returns a function undoing the module-level wrappers."""
+    """Time the pipeline's steps (labels: :data:`STEP_LABELS`); returns a function undoing the module-level
+    wrappers."""
     originals = {name: getattr(reconciler, name) for name in ("resolve_sources", "render", "upgrade_objects")}
-    _timed(reconciler, "resolve_sources", "fetch sources", timings)
-    _timed(reconciler, "render", "render (kustomize)", timings)
-    _timed(reconciler, "upgrade_objects", "API-version upgrade check", timings)
-    _timed(operator.engine, "apply_stage", "apply stage (per stage)", timings)
-    _timed(operator.engine, "_prefetch", "  of which: live metadata lists", timings)
-    _timed(operator.engine, "_settle_crds", "wait for CRDs Established", timings)
-    _timed(operator.tracker, "watch", "start watches (list + sync)", timings)
-    _timed(operator, "write_status", "status writes", timings)
-    _timed(operator.events, "record", "events", timings)
+    fetch, render, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
+    _timed(reconciler, "resolve_sources", fetch, timings)
+    _timed(reconciler, "render", render, timings)
+    _timed(reconciler, "upgrade_objects", upgrade, timings)
+    _timed(operator.tracker, "watch", watches, timings)
+    _timed(operator.engine, "apply_stage", stages, timings)
+    _timed(operator.engine, "_prefetch", prefetch, timings)
+    _timed(operator.engine, "_settle_crds", crds, timings)
+    _timed(operator, "write_status", status, timings)
+    _timed(operator.events, "record", events, timings)
 
     def undo() -> None:
         for name, original in originals.items():
@@ -69,9 +78,9 @@ def _instrument(operator: reconciler.Operator, timings: Timings) -> Callable[[],
     return undo
 
 
-async def profile(bench: Bench, scale: float, output: Path) -> dict:
-    """Reconcile a fresh workload once in-process; write the pyinstrument text to ``output``; return a summary."""
-    workload, uri = bench.new_workload(scale)
+async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
+    """One reconcile of the KfDef at ``kfdef_path`` by a freshly started in-process operator (as after a
+    restart), under pyinstrument (text written to ``output``) and with its steps timed."""
     kube = await KubeClient.connect(str(bench.control_plane.kubeconfig))
     operator = reconciler.Operator(kube, work_dir=bench.work_dir / "profile-operator",
                                    fetch_options=FetchOptions.from_env(allow_insecure_http=True))
@@ -79,7 +88,7 @@ async def profile(bench: Bench, scale: float, output: Path) -> dict:
     undo = _instrument(operator, timings)
     try:
         await operator.start()
-        body, _ = await bench.create_kfdef(workload, uri)
+        body = await bench.kube.request("GET", kfdef_path)
         profiler = Profiler(interval=0.001, async_mode="enabled")
         started = time.monotonic()
         profiler.start()
@@ -90,16 +99,42 @@ async def profile(bench: Bench, scale: float, output: Path) -> dict:
         wall = time.monotonic() - started
         output.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
         requests = kube.stats().by_verb
-        live = await bench.kube.request("GET", f"{KFDEFS_PATH}/{body['metadata']['name']}")
-        if not all_applied(live):
-            raise RuntimeError(f"profiled reconcile did not apply everything: {live.get('status')}")
-        await operator.teardown(live)
-        await bench.kube.request("DELETE", f"{KFDEFS_PATH}/{body['metadata']['name']}")
     finally:
         undo()
         await operator.stop()
         await kube.close()
-    return {"objects": workload.total, "reconcile_wall_s": wall, "requests_by_verb": requests,
-            "steps_s": {label: round(sum(durations), 3) for label, durations in timings.items()},
-            "stage_s": [round(d, 3) for d in timings["apply stage (per stage)"]],
+    return {"reconcile_wall_s": wall, "requests_by_verb": requests,
+            "steps_s": {label: round(sum(timings.get(label, [])), 3) for label in STEP_LABELS},
+            "stage_s": [round(d, 3) for d in timings.get("apply stages (sum)", [])],
             "pyinstrument_text": output.name}
+
+
+async def _teardown(bench: Bench, kfdef_path: str) -> None:
+    """Delete what the profiled reconciles applied (the KfDef has no finalizer: no operator process ran)."""
+    kube = await KubeClient.connect(str(bench.control_plane.kubeconfig))
+    operator = reconciler.Operator(kube, work_dir=bench.work_dir / "profile-operator")
+    try:
+        await operator.start()
+        await operator.teardown(await bench.kube.request("GET", kfdef_path))
+        await bench.kube.request("DELETE", kfdef_path)
+    finally:
+        await operator.stop()
+        await kube.close()
+
+
+async def profile(bench: Bench, scale: float, output_dir: Path) -> dict:
+    """Profile the first apply of a fresh workload, then the no-op reconcile of a restarted operator.
+
+    Writes ``profile-apply.txt`` and ``profile-noop.txt`` to ``output_dir``; returns both summaries.
+    """
+    workload, uri = bench.new_workload(scale)
+    body, _ = await bench.create_kfdef(workload, uri)
+    kfdef_path = f"{KFDEFS_PATH}/{body['metadata']['name']}"
+    try:
+        applied = await _reconcile_once(bench, kfdef_path, output_dir / "profile-apply.txt")
+        if not all_applied(await bench.kube.request("GET", kfdef_path)):
+            raise RuntimeError("the profiled reconcile did not apply every object")
+        noop = await _reconcile_once(bench, kfdef_path, output_dir / "profile-noop.txt")
+    finally:
+        await _teardown(bench, kfdef_path)
+    return {"objects": workload.total, "apply": applied, "noop": noop}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import asyncio
 import logging
 import sys
@@ -165,7 +166,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
             if plan.profile:
                 from . import profile_apply
                 await asyncio.to_thread(operator.stop)
-                profile = await profile_apply.profile(bench, plan.scale, out.parent / "profile.txt")
+                profile = await profile_apply.profile(bench, plan.scale, out.parent)
             await kfdefs.close()
             environment = await describe(bench, raw["workloads"][0], plan)
     except BaseException:
@@ -185,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and a smaller workload (development)")
     parser.add_argument("--no-profile", action="store_true", help="skip the pyinstrument profile of the apply path")
+    parser.add_argument("--report-only", action="store_true",
+                        help="only write benchmarks.md and .png again from an existing results file")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json; "
                                                  "with --quick build/bench-quick/results.json)")
     parser.add_argument("--docs", type=Path, help="where benchmarks.md and .png go (default docs/; "
@@ -195,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     args.docs = args.docs or (quick_dir if args.quick else ROOT / "docs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if args.report_only:
+        report.write(json.loads(args.out.read_text()), args.out, args.docs)
+        return 0
     plan = QUICK if args.quick else FULL
     if args.no_profile:
         plan = dataclasses.replace(plan, profile=False)
