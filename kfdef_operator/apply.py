@@ -30,6 +30,7 @@ from typing import Any, Awaitable, Callable
 
 from . import ordering
 from .discovery import Discovery, Resource, UnknownKind
+from .health import State
 from .inventory import ObjectRef, ref_of
 from .kube import KubeApiError, KubeClient
 from .ownership import (FIELD_MANAGER, RECREATE_ANNOTATION, Claim, Owner, claim_of, release_patch, stamp)
@@ -132,6 +133,9 @@ class ApplyEngine:
             if isinstance(result, BaseException):
                 raise result
             live.update(result)
+        for ref, _ in items:  # looked up and not found: absent (None), which callers tell from "not looked up"
+            if self.tracker is None or self.tracker.get(ref) is None:
+                live.setdefault(ref, None)
         return live
 
     def _live_meta(self, ref: ObjectRef, prefetched: dict[ObjectRef, JSON | None]) -> JSON | None:
@@ -222,9 +226,16 @@ class ApplyEngine:
             return Outcome(ref, FAILED, f"re-create: apply failed: {describe_api_error(apply_error)}")
         return Outcome(ref, CREATED, "re-created: an immutable field changed", live=live)
 
-    async def apply_stage(self, owner: Owner, items: list[tuple[JSON, Resource]]) -> list[Outcome]:
-        """Apply objects of one stage concurrently; they are started in kind order."""
-        prefetched = await self._prefetch([(ref_of(obj), resource) for obj, resource in items])
+    async def apply_stage(self, owner: Owner, items: list[tuple[JSON, Resource]],
+                          prefetched: dict[ObjectRef, JSON | None] | None = None) -> list[Outcome]:
+        """Apply objects of one stage concurrently; they are started in kind order.
+
+        ``prefetched`` holds live metadata looked up earlier; objects it does not
+        cover are looked up now.
+        """
+        prefetched = dict(prefetched or {})
+        missing = [(ref_of(obj), resource) for obj, resource in items if ref_of(obj) not in prefetched]
+        prefetched.update(await self._prefetch(missing))
         coroutines = [self.apply_one(owner, obj, resource, self._live_meta(ref_of(obj), prefetched))
                       for obj, resource in items]
         results = await self.kube.gather_limited(coroutines, self.concurrency)
@@ -248,23 +259,31 @@ class ApplyEngine:
         stages = ordering.group_by_stage(objects, lambda item: item[0]["kind"])
         total = len(objects) + len(resolve_later)
         outcomes: list[Outcome] = []
-        for stage in ordering.STAGES:
-            items = stages[stage]
-            if stage == ordering.RESOURCES and resolve_later:
-                for obj in resolve_later:
-                    try:
-                        items.append(await self.resolve(obj, default_namespace))
-                    except UnknownKind as error:
-                        outcomes.append(Outcome(ref_of(obj), FAILED, str(error)))
-                items.sort(key=lambda item: ordering.install_rank(item[0]["kind"]))
-            if not items:
-                continue
-            stage_outcomes = await self.apply_stage(owner, items)
-            outcomes.extend(stage_outcomes)
-            if stage == ordering.PREREQUISITES:
-                outcomes = await self._settle_crds(outcomes)
-            if progress is not None:
-                await progress(stage, sum(1 for o in outcomes if o.ok), total)
+        # The later stages' live objects are looked up while the CRDs get Established, not after.
+        later_items = [(ref_of(obj), resource) for stage in ordering.STAGES[1:] for obj, resource in stages[stage]]
+        lookup = asyncio.create_task(self._prefetch(later_items))
+        try:
+            for stage in ordering.STAGES:
+                items = stages[stage]
+                if stage == ordering.RESOURCES and resolve_later:
+                    for obj in resolve_later:
+                        try:
+                            items.append(await self.resolve(obj, default_namespace))
+                        except UnknownKind as error:
+                            outcomes.append(Outcome(ref_of(obj), FAILED, str(error)))
+                    items.sort(key=lambda item: ordering.install_rank(item[0]["kind"]))
+                if not items:
+                    continue
+                prefetched = None if stage == ordering.PREREQUISITES else await lookup
+                outcomes.extend(await self.apply_stage(owner, items, prefetched))
+                if stage == ordering.PREREQUISITES:
+                    outcomes = await self._settle_crds(outcomes)
+                if progress is not None:
+                    await progress(stage, sum(1 for o in outcomes if o.ok), total)
+        finally:
+            if not lookup.done():
+                lookup.cancel()
+            await asyncio.gather(lookup, return_exceptions=True)
         return outcomes
 
     # -- CRDs ----------------------------------------------------------------------
@@ -279,10 +298,27 @@ class ApplyEngine:
         return outcomes
 
     async def wait_established(self, outcome: Outcome) -> None:
-        """Wait for one CRD's Established condition, then register its kinds with discovery."""
+        """Wait for one CRD's Established condition, then register its kinds with discovery.
+
+        When the tracker watches CRDs (the operator does), the wait reads its
+        cache, which the watch keeps current: no request at all. Otherwise the
+        CRD is polled.
+        """
+        deadline = time.monotonic() + self.crd_timeout
+        if self.tracker is not None and self.tracker.is_watched("apiextensions.k8s.io", "CustomResourceDefinition"):
+            while True:
+                live = self.tracker.get(outcome.ref)
+                if live is not None and live.health.state is State.FAILED:
+                    raise RuntimeError(live.health.message)
+                if live is not None and live.health.ready:
+                    if outcome.live is not None:  # an unchanged CRD's kinds are in discovery already
+                        self.discovery.register_crd(outcome.live)
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"still not Established after {self.crd_timeout:.0f}s")
+                await asyncio.sleep(0.01)
         crd = outcome.live
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{outcome.ref.name}"
-        deadline = time.monotonic() + self.crd_timeout
         delay = 0.02
         while True:
             conditions = {c.get("type"): c for c in ((crd or {}).get("status") or {}).get("conditions") or []}
@@ -295,7 +331,7 @@ class ApplyEngine:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"still not Established after {self.crd_timeout:.0f}s")
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, 0.2)
             crd = await self.kube.get(path)
 
     # -- deletion ------------------------------------------------------------------

@@ -32,6 +32,7 @@ from .kube import KubeApiError, KubeClient
 from .model import InvalidKfDef, KfDef, parse_kfdef
 from .ownership import Owner, normalize, stamp
 from .render import RenderError, render
+from .render_cache import RenderCache
 from .kustomize import KustomizeError
 from .sources import FetchOptions, SourceCache, SourceError, resolve_sources
 from .tracker import LiveObject, Tracker
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 KFDEF_PATH = "/apis/kfdef.apps.kubeflow.org/v1/namespaces/{namespace}/kfdefs/{name}"
 API_UPGRADE_ANNOTATION = "kfdef.apps.kubeflow.org/api-upgrade"
-_PROGRESS_AFTER_S = 0.5  # a reconcile shorter than this writes no progress status
 
 
 class Retry(Exception):
@@ -99,6 +99,7 @@ class Operator:
         self.work_dir = work_dir
         self.fetch_options = fetch_options or FetchOptions.from_env()
         self.source_cache = SourceCache(work_dir / "sources")
+        self.render_cache = RenderCache(work_dir / "rendered", render)
         self.api_upgrade_default = api_upgrade_default
         self.health_timeout = health_timeout
         self.namespaces = frozenset(namespaces)  # a namespace-scoped operator touches only these (and cluster scope)
@@ -176,12 +177,12 @@ class Operator:
 
     async def _reconcile(self, stack: Stack, body: JSON, attempt: int) -> None:
         owner = stack.owner
-        started = time.monotonic()
         new_generation = stack.status.get("observedGeneration") != stack.generation
 
         async def progress(step: str, message: str) -> None:
-            # Quick no-op reconciles (operator restarts) write nothing at all.
-            if new_generation or time.monotonic() - started > _PROGRESS_AFTER_S:
+            # Progress is shown while a new generation is worked on; re-reconciling an unchanged KfDef
+            # (an operator restart, a retry) writes nothing but what ends up different.
+            if new_generation:
                 await self.set_verdict(stack, st.progressing(step, message))
 
         try:
@@ -198,7 +199,7 @@ class Operator:
         await progress("Rendering", f"rendering {len(kfdef.applications)} application(s)")
         workdir = self.work_dir / "render" / owner.namespace / owner.name
         try:
-            rendered = await asyncio.to_thread(render, kfdef, sources, workdir)
+            rendered = await asyncio.to_thread(self.render_cache.render, body, kfdef, sources, workdir)
         except (RenderError, KustomizeError) as error:
             await self._fail(stack, "RenderFailed", str(error), retry=True, attempt=attempt, base=30.0)
             return
