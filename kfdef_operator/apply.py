@@ -33,7 +33,7 @@ from .discovery import Discovery, Resource, UnknownKind
 from .health import State
 from .inventory import ObjectRef, ref_of
 from .kube import KubeApiError, KubeClient
-from .ownership import (FIELD_MANAGER, RECREATE_ANNOTATION, Claim, Owner, claim_of, release_patch, stamp)
+from .ownership import (DIGEST_ANNOTATION, FIELD_MANAGER, INSTANCE_ANNOTATION, RECREATE_ANNOTATION, Claim, Owner, claim_of, release_patch, stamp)
 from .pruning import prune_custom_resource, version_schema
 from .tracker import Tracker
 
@@ -163,12 +163,12 @@ class ApplyEngine:
         ref = ref_of(obj)
         claim = claim_of(live_meta, owner)
         if claim is Claim.FOREIGN:
-            holder = (live_meta.get("annotations") or {}).get("kfctl.kubeflow.io/kfdef-instance", "another KfDef")
+            holder = (live_meta.get("annotations") or {}).get(INSTANCE_ANNOTATION, "another KfDef")
             return Outcome(ref, CONFLICT, f"already managed by KfDef {holder}; not applied")
         desired = stamp(obj, owner, namespaced=resource.namespaced, adopted=claim in (Claim.UNCLAIMED, Claim.ADOPTED))
         if (not force_write and claim in (Claim.OURS, Claim.ADOPTED)
-                and (live_meta.get("annotations") or {}).get("kfdef.apps.kubeflow.org/digest")
-                == desired["metadata"]["annotations"]["kfdef.apps.kubeflow.org/digest"]
+                and (live_meta.get("annotations") or {}).get(DIGEST_ANNOTATION)
+                == desired["metadata"]["annotations"][DIGEST_ANNOTATION]
                 and not live_meta.get("deletionTimestamp")):
             return Outcome(ref, UNCHANGED)
         try:
@@ -219,7 +219,9 @@ class ApplyEngine:
         except KubeApiError as delete_error:
             if delete_error.status != 404:
                 return Outcome(ref, FAILED, f"re-create: delete failed: {describe_api_error(delete_error)}")
-        await self._wait_absent(ref, resource, timeout=60)
+        gone = await self._wait_gone(ref, resource.version, timeout=60)
+        if gone is not True:
+            return Outcome(ref, FAILED, f"re-create: the old object is {gone}; it will be applied once it is gone")
         try:
             live, _ = await self.kube.apply(path, desired, field_manager=FIELD_MANAGER)
         except KubeApiError as apply_error:
@@ -335,16 +337,6 @@ class ApplyEngine:
             crd = await self.kube.get(path)
 
     # -- deletion ------------------------------------------------------------------
-
-    async def _wait_absent(self, ref: ObjectRef, resource: Resource, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        delay = 0.02
-        while time.monotonic() < deadline:
-            if await self.kube.get(resource.path_of(ref)) is None:
-                return True
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        return False
 
     async def _remove(self, owner: Owner, ref: ObjectRef, version: str) -> tuple[str, str]:
         """Delete one object this KfDef created, or release one it adopted.

@@ -225,14 +225,6 @@ class ControlPlane:
         self._processes["kube-apiserver"].stop()
         self._start_apiserver()
 
-    def stop_component(self, name: str) -> None:
-        """Stop one component (e.g. ``kube-controller-manager``) by its PID."""
-        self._processes[name].stop()
-
-    def start_component(self, name: str) -> None:
-        """Start again a component stopped with :meth:`stop_component`."""
-        self._processes[name].start()
-
     def pid(self, name: str) -> int:
         popen = self._processes[name].popen
         if popen is None:

@@ -225,7 +225,8 @@ class Healer:
 
     async def _heal_failed(self, stack: "Stack", ref: ObjectRef, request: _Request, error: KubeApiError) -> None:
         text = error.message.lower()
-        if any(hint in text for hint in _PARENT_GONE_HINTS) or error.status in (404, 405):
+        parent_gone = any(hint in text for hint in _PARENT_GONE_HINTS) or error.status in (404, 405)
+        if parent_gone and self._parent_in_stack(stack, ref):
             # The parent Namespace or CRD is going away; its own heal brings this back.
             self._waiting_for_parent[stack.key].add(ref)
             log.debug("heal of %s waits for its parent: %s", ref, error.message)
@@ -236,6 +237,20 @@ class Healer:
         request.observed_at = time.monotonic()
         self._schedule(stack, ref, request)
         return None
+
+    @staticmethod
+    def _parent_in_stack(stack: "Stack", ref: ObjectRef) -> bool:
+        """Whether the Namespace or CRD this object lives in is one the stack itself re-creates.
+
+        Only then is waiting for the parent's heal right; a parent outside the
+        stack never comes back by itself, so the object is retried and reported.
+        """
+        if ref.namespace and ObjectRef("", "Namespace", "", ref.namespace) in stack.desired:
+            return True
+        return any(parent.kind == "CustomResourceDefinition"
+                   and (stack.desired[parent].get("spec") or {}).get("group") == ref.group
+                   and ((stack.desired[parent].get("spec") or {}).get("names") or {}).get("kind") == ref.kind
+                   for parent in stack.desired)
 
     async def _sweep(self, stack: "Stack", belongs) -> None:
         """Re-apply the children of a re-created parent that are missing."""

@@ -391,9 +391,9 @@ class Operator:
         kept = [ref for ref in stack.desired if stack.outcomes.get(ref) is None or stack.outcomes[ref].action != CONFLICT]
         # Objects whose prune failed stay in the inventory, so a later reconcile or the teardown retries them.
         kept += [ref for ref, result, _ in pruned if result == "failed"]
-        versions = {ref: inventory.version_of(stack.desired[ref]) for ref in stack.desired}
-        entries = [{"id": ref.id, "v": versions.get(ref) or inventory.decode(
-            (stack.status.get("inventory") or {}).get("entries")).get(ref, "v1")} for ref in kept]
+        previous = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
+        entries = [{"id": ref.id, "v": inventory.version_of(stack.desired[ref]) if ref in stack.desired
+                    else previous.get(ref, "v1")} for ref in kept]
         summary, rows = self._summary(stack)
         summary["upgraded"] = len(upgraded.upgraded)
         failures = [{"object": str(o.ref), "message": st.truncate(o.message, 512)}

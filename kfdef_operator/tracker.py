@@ -88,13 +88,6 @@ class Tracker:
         key = (group, kind)
         return key in self._synced and self._synced[key].is_set()
 
-    def objects(self) -> Iterable[LiveObject]:
-        return self._objects.values()
-
-    @property
-    def watch_count(self) -> int:
-        return len(self._watches)
-
     # -- lifecycle -----------------------------------------------------------------
 
     async def watch(self, resources: Iterable[Resource], *, timeout: float = 60.0) -> None:

@@ -82,3 +82,26 @@ def test_delay_depends_only_on_heals_inside_the_window(ages_from_start):
     expected = 0.0 if inside < FIGHT_THRESHOLD else min(2.0 ** (inside - FIGHT_THRESHOLD), MAX_BACKOFF_S)
     assert delay == expected
     assert 0.0 <= delay <= MAX_BACKOFF_S
+
+
+def _stack_with(*objects):
+    from kfdef_operator.inventory import ref_of
+    from kfdef_operator.ownership import Owner
+    from kfdef_operator.reconciler import Stack
+    stack = Stack(owner=Owner("kf", "kubeflow", "u"), generation=1)
+    stack.desired = {ref_of(obj): obj for obj in objects}
+    return stack
+
+
+def test_a_heal_waits_only_for_a_parent_the_stack_brings_back():
+    from kfdef_operator.heal import Healer
+    from kfdef_operator.inventory import ObjectRef
+    stack = _stack_with(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}},
+        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "ws.g.io"},
+         "spec": {"group": "g.io", "names": {"kind": "W", "plural": "ws"}}})
+    assert Healer._parent_in_stack(stack, ObjectRef("", "ConfigMap", "apps", "c"))
+    assert Healer._parent_in_stack(stack, ObjectRef("g.io", "W", "other", "w"))
+    # A namespace the user made, or a CRD installed by someone else, is never healed back: retry instead.
+    assert not Healer._parent_in_stack(stack, ObjectRef("", "ConfigMap", "users-own", "c"))
+    assert not Healer._parent_in_stack(stack, ObjectRef("h.io", "V", "", "v"))
