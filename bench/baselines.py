@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from kfdef_operator.discovery import Discovery
-from kfdef_operator.kube import KubeApiError, KubeClient
+from kfdef_operator.ssa.discovery import Discovery
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
 
 from .context import Bench, run_selector
 from .workload import Workload

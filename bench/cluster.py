@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from kfdef_operator.controlplane import FAKE_NODE_NAME, ControlPlane
+from kfdef_dev.controlplane import FAKE_NODE_NAME, ControlPlane
 
 ROOT = Path(__file__).resolve().parents[1]
 KFDEF_CRD_FILE = ROOT / "crds" / "kfdef.apps.kubeflow.org_kfdefs.yaml"

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from kfdef_operator.controlplane import ControlPlane
-from kfdef_operator.kube import KubeClient
-from kfdef_operator.ownership import INSTANCE_LABEL, Owner
+from kfdef_dev.controlplane import ControlPlane
+from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
 from tests.operator_process import OperatorProcess
 
 from .archive_server import ArchiveServer

@@ -20,9 +20,9 @@ from typing import Any, Callable
 
 from pyinstrument import Profiler
 
-from kfdef_operator import reconciler
-from kfdef_operator.kube import KubeClient
-from kfdef_operator.sources import FetchOptions
+from kfdef_operator.controller import reconciler
+from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.source.resolve import FetchOptions
 
 from .context import KFDEFS_PATH, Bench, all_applied
 

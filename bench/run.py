@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as ``python bench/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"  # noqa: A001 (lets the relative imports below resolve)
 
-from kfdef_operator.kube import KubeClient  # noqa: E402
+from kfdef_operator.ssa.client import KubeClient  # noqa: E402
 from tests.operator_process import OperatorProcess  # noqa: E402
 
 from . import baselines, heal, operator_runs, report, scale  # noqa: E402

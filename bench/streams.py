@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kfdef_operator.kube import KubeClient
+from kfdef_operator.ssa.client import KubeClient
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)

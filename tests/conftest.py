@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from kfdef_operator.controlplane import ControlPlane
+from kfdef_dev.controlplane import ControlPlane
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

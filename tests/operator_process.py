@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kfdef_operator.process import OperatorProcess as _OperatorProcess
+from kfdef_dev.process import OperatorProcess as _OperatorProcess
 
 
 class OperatorProcess(_OperatorProcess):

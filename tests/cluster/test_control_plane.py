@@ -10,7 +10,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from kfdef_operator.controlplane import network_is_loopback_only
+from kfdef_dev.controlplane import network_is_loopback_only
 from tests.kube import wait_for
 
 pytestmark = pytest.mark.cluster

@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from kfdef_operator.controlplane import OPERATOR_USER, ControlPlane
+from kfdef_dev.controlplane import OPERATOR_USER, ControlPlane
 from tests.cluster.conftest import KFDEF_API, wait_ready
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess

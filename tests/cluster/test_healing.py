@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator.ownership import RECONCILE_ANNOTATION
+from kfdef_operator.runtime.ownership import RECONCILE_ANNOTATION
 from tests.cluster.conftest import KFDEF_API, wait_condition_reason, wait_ready
 from tests.kube import wait_for
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from kfdef_operator.ownership import DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL
+from kfdef_operator.runtime.ownership import DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason, wait_ready
 from tests.kube import wait_for
 from tests.stacks import crd, write_package

@@ -19,8 +19,8 @@ from typing import Callable, Iterable
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from kfdef_operator.inventory import ObjectRef, split_api_version
-from kfdef_operator.ownership import INSTANCE_LABEL, Owner
+from kfdef_operator.ssa.inventory import ObjectRef, split_api_version
+from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
 from tests.cluster.conftest import KFDEF_API
 from tests.cluster.test_reconciler import stack_objects
 from tests.kube import Kube, wait_for

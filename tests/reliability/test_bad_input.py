@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 
-from kfdef_operator.ownership import INSTANCE_ANNOTATION, INSTANCE_LABEL
+from kfdef_operator.runtime.ownership import INSTANCE_ANNOTATION, INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
 from tests.kube import wait_for
 from tests.operator_process import OperatorProcess

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from kfdef_operator.model import Repo
-from kfdef_operator.sources import FetchOptions, SourceCache, SourceError, resolve_source
+from kfdef_operator.api.kfdef import Repo
+from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_source
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
 from tests.reliability.support import TarballServer, self_signed_cert, tarball, wait_ready
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kfdef_operator.controlplane import free_port
+from kfdef_dev.controlplane import free_port
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
 from tests.kube import wait_for
 from tests.reliability.support import TarballServer, condition, delete_kfdefs, kfdef, tarball, wait_ready

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator import cli
+from kfdef_operator.cli import main as cli
 
 KFDEFS = Path(__file__).parent.parent / "fixtures" / "kfdefs"
 

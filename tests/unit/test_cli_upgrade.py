@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator import cli
+from kfdef_operator.cli import main as cli
 
 LEGACY_STACK = Path(__file__).parent.parent / "fixtures" / "legacy-stack"
 UNSERVED_IN_1_36 = [

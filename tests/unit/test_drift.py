@@ -1,4 +1,4 @@
-"""Drift detection: desired as a subset of live (kfdef_operator.drift)."""
+"""Drift detection: desired as a subset of live (kfdef_operator.ssa.drift)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfdef_operator.drift import comparable, drifted, is_subset
+from kfdef_operator.ssa.drift import comparable, drifted, is_subset
 
 DESIRED = {
     "apiVersion": "apps/v1", "kind": "Deployment",

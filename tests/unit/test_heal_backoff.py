@@ -1,4 +1,4 @@
-"""Backoff against a fight over one object (kfdef_operator.heal.fight_backoff, the pure part of healing)."""
+"""Backoff against a fight over one object (kfdef_operator.runtime.heal.fight_backoff, the pure part of healing)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfdef_operator.heal import FIGHT_THRESHOLD, FIGHT_WINDOW_S, MAX_BACKOFF_S, fight_backoff
+from kfdef_operator.runtime.heal import FIGHT_THRESHOLD, FIGHT_WINDOW_S, MAX_BACKOFF_S, fight_backoff
 
 NOW = 10_000.0
 
@@ -85,17 +85,17 @@ def test_delay_depends_only_on_heals_inside_the_window(ages_from_start):
 
 
 def _stack_with(*objects):
-    from kfdef_operator.inventory import ref_of
-    from kfdef_operator.ownership import Owner
-    from kfdef_operator.reconciler import Stack
+    from kfdef_operator.ssa.inventory import ref_of
+    from kfdef_operator.runtime.ownership import Owner
+    from kfdef_operator.controller.reconciler import Stack
     stack = Stack(owner=Owner("kf", "kubeflow", "u"), generation=1)
     stack.desired = {ref_of(obj): obj for obj in objects}
     return stack
 
 
 def test_a_heal_waits_only_for_a_parent_the_stack_brings_back():
-    from kfdef_operator.heal import Healer
-    from kfdef_operator.inventory import ObjectRef
+    from kfdef_operator.runtime.heal import Healer
+    from kfdef_operator.ssa.inventory import ObjectRef
     stack = _stack_with(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}},
         {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "ws.g.io"},

@@ -1,10 +1,10 @@
-"""Readiness of live objects (kfdef_operator.health)."""
+"""Readiness of live objects (kfdef_operator.ssa.health)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kfdef_operator.health import READY, State, assess, has_health
+from kfdef_operator.ssa.health import READY, State, assess, has_health
 
 
 def cond(type_: str, status: str = "True", reason: str = "", message: str = "") -> dict:

@@ -1,4 +1,4 @@
-"""Object identities, inventory entries and the prune set (kfdef_operator.inventory)."""
+"""Object identities, inventory entries and the prune set (kfdef_operator.ssa.inventory)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfdef_operator.inventory import (
+from kfdef_operator.ssa.inventory import (
     ObjectRef,
     decode,
     encode,

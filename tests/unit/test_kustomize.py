@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kfdef_operator import kustomize
-from kfdef_operator.kustomize import KustomizeError, build, kustomize_command, parse_objects
+from kfdef_operator.build import kustomize
+from kfdef_operator.build.kustomize import KustomizeError, build, kustomize_command, parse_objects
 
 MANIFESTS = Path(__file__).parent.parent / "fixtures" / "manifests"
 

@@ -1,4 +1,4 @@
-"""Prometheus text exposition of the in-process metrics (kfdef_operator.metrics)."""
+"""Prometheus text exposition of the in-process metrics (kfdef_operator.runtime.metrics)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from kfdef_operator import metrics
-from kfdef_operator.metrics import Counter, Gauge, Histogram
+from kfdef_operator.runtime import metrics
+from kfdef_operator.runtime.metrics import Counter, Gauge, Histogram
 
 SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{.*\})? (?P<value>\S+)$')
 

@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kfdef_operator.model import (Application, InvalidKfDef, KustomizeConfig, Parameter, RepoRef, parse_kfdef,
+from kfdef_operator.api.kfdef import (Application, InvalidKfDef, KustomizeConfig, Parameter, RepoRef, parse_kfdef,
                                   project_of)
 
 KFDEFS = Path(__file__).parent.parent / "fixtures" / "kfdefs"

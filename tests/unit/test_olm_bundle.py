@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator.model import parse_kfdef
+from kfdef_operator.api.kfdef import parse_kfdef
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "olm-bundle"

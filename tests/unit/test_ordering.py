@@ -1,4 +1,4 @@
-"""Apply stages, install ranks and teardown waves (kfdef_operator.ordering)."""
+"""Apply stages, install ranks and teardown waves (kfdef_operator.ssa.ordering)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfdef_operator.ordering import (
+from kfdef_operator.ssa.ordering import (
     ADMISSION,
     PREREQUISITES,
     RESOURCES,

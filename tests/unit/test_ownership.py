@@ -1,4 +1,4 @@
-"""Ownership stamps, claims and normalisation (kfdef_operator.ownership)."""
+"""Ownership stamps, claims and normalisation (kfdef_operator.runtime.ownership)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfdef_operator.ownership import (
+from kfdef_operator.runtime.ownership import (
     ADOPTED_ANNOTATION,
     DIGEST_ANNOTATION,
     INSTANCE_ANNOTATION,

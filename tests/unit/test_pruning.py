@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kfdef_operator.pruning import prune, prune_custom_resource, version_schema
+from kfdef_operator.ssa.schema import prune, prune_custom_resource, version_schema
 
 SCHEMA = {"type": "object", "properties": {
     "spec": {"type": "object", "properties": {

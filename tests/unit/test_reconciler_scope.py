@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kfdef_operator import status as st
-from kfdef_operator.discovery import Resource
-from kfdef_operator.model import parse_kfdef
-from kfdef_operator.reconciler import Operator, Stack
-from kfdef_operator.ownership import Owner
+from kfdef_operator.runtime import conditions as st
+from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.api.kfdef import parse_kfdef
+from kfdef_operator.controller.reconciler import Operator, Stack
+from kfdef_operator.runtime.ownership import Owner
 
 KFDEF = {"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
          "metadata": {"name": "kf", "namespace": "team-a", "uid": "u1", "generation": 1},

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator.model import KfDef, Parameter, parse_kfdef
-from kfdef_operator.render import (NAMESPACE_TRANSFORMER_FILE, RenderError, drop_numeric_field_specs,
+from kfdef_operator.api.kfdef import KfDef, Parameter, parse_kfdef
+from kfdef_operator.build.render import (NAMESPACE_TRANSFORMER_FILE, RenderError, drop_numeric_field_specs,
                                    for_kustomize_v5, generate_name_suffix, merge_package, render,
                                    rewrite_params_env)
-from kfdef_operator.sources import ResolvedSource
+from kfdef_operator.source.resolve import ResolvedSource
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 MANIFESTS = FIXTURES / "manifests"

@@ -7,9 +7,9 @@ import dataclasses
 
 import yaml
 
-from kfdef_operator.model import parse_kfdef
-from kfdef_operator.render import render
-from kfdef_operator.render_cache import RenderCache
+from kfdef_operator.api.kfdef import parse_kfdef
+from kfdef_operator.build.render import render
+from kfdef_operator.build.cache import RenderCache
 from tests.unit.test_render import FIXTURES, local_sources
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator.model import parse_kfdef
+from kfdef_operator.api.kfdef import parse_kfdef
 from tests.unit.test_model import CRD, schema_problems
 
 KFDEFS = Path(__file__).parents[2] / "kfdefs"

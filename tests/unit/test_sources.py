@@ -16,9 +16,9 @@ from typing import Callable
 import git
 import pytest
 
-from kfdef_operator import sources
-from kfdef_operator.model import Repo
-from kfdef_operator.sources import (FetchOptions, SourceCache, SourceError, parse_git_uri, redact_uri,
+from kfdef_operator.source import resolve as sources
+from kfdef_operator.api.kfdef import Repo
+from kfdef_operator.source.resolve import (FetchOptions, SourceCache, SourceError, parse_git_uri, redact_uri,
                                     resolve_source, resolve_sources)
 
 FAST = FetchOptions(connect_timeout=2, read_timeout=2, retries=2, backoff_seconds=0, allow_insecure_http=True)

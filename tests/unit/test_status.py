@@ -1,4 +1,4 @@
-"""KfDef conditions and verdicts (kfdef_operator.status)."""
+"""KfDef conditions and verdicts (kfdef_operator.runtime.conditions)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from kfdef_operator import status as st
-from kfdef_operator.status import (
+from kfdef_operator.runtime import conditions as st
+from kfdef_operator.runtime.conditions import (
     DEGRADED,
     MAX_MESSAGE,
     READY,

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kfdef_operator.upgrade import (
+from kfdef_operator.upgrade.convert import (
     POLICY_OFF,
     UnservedApiVersions,
     is_structural,

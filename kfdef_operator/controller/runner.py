@@ -60,7 +60,7 @@ def _configure_logging(log_format: str, verbose: bool) -> None:
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    from . import handlers  # registers the kopf handlers
+    from kfdef_operator.controller import handlers  # registers the kopf handlers
 
     _configure_logging(args.log_format, args.verbose)
     if args.kubeconfig:

@@ -18,11 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import __version__
-from .kustomize import KustomizeError, kustomize_command
-from .model import KfDef
-from .render import RenderedApplication
-from .sources import ResolvedSource
+from kfdef_operator import __version__
+from kfdef_operator.build.kustomize import KustomizeError, kustomize_command
+from kfdef_operator.api.kfdef import KfDef
+from kfdef_operator.build.render import RenderedApplication
+from kfdef_operator.source.resolve import ResolvedSource
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .controlplane import free_port, stop_process
+from kfdef_dev.controlplane import free_port, stop_process
 
 
 class OperatorProcess:

@@ -23,13 +23,14 @@ from typing import Any, Callable, NoReturn, Sequence, TextIO
 
 import yaml
 
-from . import __version__, upgrade
-from .kustomize import KustomizeError, SafeDumper, SafeLoader
-from .model import InvalidKfDef, parse_kfdef
-from .render import RenderedApplication, RenderError, render
-from .sources import FetchOptions, SourceCache, SourceError, resolve_sources
-from .demo import register_demo
-from .runner import register_run
+from kfdef_operator import __version__
+
+from kfdef_operator.upgrade import convert as upgrade
+from kfdef_operator.build.kustomize import KustomizeError, SafeDumper, SafeLoader
+from kfdef_operator.api.kfdef import InvalidKfDef, parse_kfdef
+from kfdef_operator.build.render import RenderedApplication, RenderError, render
+from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_sources
+from kfdef_operator.controller.runner import register_run
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -217,7 +218,7 @@ def _print_summary(stream: TextIO, rendered: list[RenderedApplication], elapsed:
 
 # --- entry point ------------------------------------------------------------------------------------------
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_build, register_run, register_demo]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_build, register_run]
 
 
 class _Parser(argparse.ArgumentParser):

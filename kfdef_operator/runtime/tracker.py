@@ -20,11 +20,11 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from . import health
-from .discovery import Resource
-from .inventory import ObjectRef, ref_of, version_of
-from .kube import KubeApiError, KubeClient
-from .ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL, RECONCILE_ANNOTATION
+from kfdef_operator.ssa import health
+from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of, version_of
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.runtime.ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL, RECONCILE_ANNOTATION
 
 log = logging.getLogger(__name__)
 

@@ -29,16 +29,16 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import metrics
-from .apply import FAILED, Outcome
-from .drift import comparable, drifted
-from .inventory import ObjectRef
-from .kube import KubeApiError
-from .ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, reconcile_disabled
-from .tracker import LiveObject
+from kfdef_operator.runtime import metrics
+from kfdef_operator.ssa.manager import FAILED, Outcome
+from kfdef_operator.ssa.drift import comparable, drifted
+from kfdef_operator.ssa.inventory import ObjectRef
+from kfdef_operator.ssa.client import KubeApiError
+from kfdef_operator.runtime.ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, reconcile_disabled
+from kfdef_operator.runtime.tracker import LiveObject
 
 if TYPE_CHECKING:
-    from .reconciler import Operator, Stack
+    from kfdef_operator.controller.reconciler import Operator, Stack
 
 log = logging.getLogger(__name__)
 

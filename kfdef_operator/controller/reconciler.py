@@ -22,21 +22,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import inventory, metrics, status as st
-from .apply import CONFLICT, FAILED, UNCHANGED, ApplyEngine, Outcome
-from .discovery import Discovery, Resource
-from .events import EventRecorder
-from .heal import Healer
-from .inventory import ObjectRef, ref_of
-from .kube import KubeApiError, KubeClient
-from .model import InvalidKfDef, KfDef, parse_kfdef
-from .ownership import Owner, normalize, stamp
-from .render import RenderError, render
-from .render_cache import RenderCache
-from .kustomize import KustomizeError
-from .sources import FetchOptions, SourceCache, SourceError, resolve_sources
-from .tracker import LiveObject, Tracker
-from .upgrade import UnservedApiVersions, upgrade_objects
+from kfdef_operator.ssa import inventory
+
+from kfdef_operator.runtime import metrics
+
+from kfdef_operator.runtime import conditions as st
+from kfdef_operator.ssa.manager import CONFLICT, FAILED, UNCHANGED, ApplyEngine, Outcome
+from kfdef_operator.ssa.discovery import Discovery, Resource
+from kfdef_operator.runtime.events import EventRecorder
+from kfdef_operator.runtime.heal import Healer
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef
+from kfdef_operator.runtime.ownership import Owner, normalize, stamp
+from kfdef_operator.build.render import RenderError, render
+from kfdef_operator.build.cache import RenderCache
+from kfdef_operator.build.kustomize import KustomizeError
+from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_sources
+from kfdef_operator.runtime.tracker import LiveObject, Tracker
+from kfdef_operator.upgrade.convert import UnservedApiVersions, upgrade_objects
 
 log = logging.getLogger(__name__)
 

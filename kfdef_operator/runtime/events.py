@@ -10,9 +10,9 @@ import logging
 import socket
 from typing import Any
 
-from .kube import KubeApiError, KubeClient
-from .ownership import KFDEF_API_VERSION, Owner
-from .status import now, truncate
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.runtime.ownership import KFDEF_API_VERSION, Owner
+from kfdef_operator.runtime.conditions import now, truncate
 
 log = logging.getLogger(__name__)
 

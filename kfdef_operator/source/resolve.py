@@ -55,7 +55,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import requests
 
-from .model import Repo, relative_path_problem
+from kfdef_operator.api.kfdef import Repo, relative_path_problem
 
 log = logging.getLogger(__name__)
 

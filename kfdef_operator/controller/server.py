@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from . import metrics
+from kfdef_operator.runtime import metrics
 
 if TYPE_CHECKING:
-    from .reconciler import Operator
+    from kfdef_operator.controller.reconciler import Operator
 
 
 class ProbeServer:

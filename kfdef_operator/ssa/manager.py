@@ -28,14 +28,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from . import ordering
-from .discovery import Discovery, Resource, UnknownKind
-from .health import State
-from .inventory import ObjectRef, ref_of
-from .kube import KubeApiError, KubeClient
-from .ownership import (DIGEST_ANNOTATION, FIELD_MANAGER, INSTANCE_ANNOTATION, RECREATE_ANNOTATION, Claim, Owner, claim_of, release_patch, stamp)
-from .pruning import prune_custom_resource, version_schema
-from .tracker import Tracker
+from kfdef_operator.ssa import ordering
+from kfdef_operator.ssa.discovery import Discovery, Resource, UnknownKind
+from kfdef_operator.ssa.health import State
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.runtime.ownership import (DIGEST_ANNOTATION, FIELD_MANAGER, INSTANCE_ANNOTATION, RECREATE_ANNOTATION, Claim, Owner, claim_of, release_patch, stamp)
+from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
+from kfdef_operator.runtime.tracker import Tracker
 
 log = logging.getLogger(__name__)
 

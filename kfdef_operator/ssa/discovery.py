@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .inventory import ObjectRef
-from .kube import KubeClient
+from kfdef_operator.ssa.inventory import ObjectRef
+from kfdef_operator.ssa.client import KubeClient
 
 JSON = dict[str, Any]
 

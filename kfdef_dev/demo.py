@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from .controlplane import ControlPlane, ControlPlaneError
-from .kube import KubeApiError, KubeClient
-from .process import OperatorProcess
+from kfdef_dev.controlplane import ControlPlane, ControlPlaneError
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_dev.process import OperatorProcess
 
 JSON = dict[str, Any]
 KFDEF_PATH = "/apis/kfdef.apps.kubeflow.org/v1/namespaces/kubeflow/kfdefs"

@@ -15,9 +15,9 @@ from typing import Any, Awaitable, Callable
 
 import kopf
 
-from .kube import KubeClient
-from .reconciler import Operator, Retry
-from .server import ProbeServer
+from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.controller.reconciler import Operator, Retry
+from kfdef_operator.controller.server import ProbeServer
 
 GROUP, VERSION, PLURAL = "kfdef.apps.kubeflow.org", "v1", "kfdefs"
 FINALIZER = "kfdef-finalizer.kfdef.apps.kubeflow.org"  # kfctl's name: existing KfDefs carry it

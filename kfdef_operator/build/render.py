@@ -58,9 +58,9 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import yaml
 
-from . import kustomize
-from .model import Application, KfDef, Parameter, project_of
-from .sources import ResolvedSource
+from kfdef_operator.build import kustomize
+from kfdef_operator.api.kfdef import Application, KfDef, Parameter, project_of
+from kfdef_operator.source.resolve import ResolvedSource
 
 log = logging.getLogger(__name__)
 

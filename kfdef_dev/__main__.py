@@ -1,0 +1,17 @@
+"""``python -m kfdef_dev demo``: the main job of ``make demo``."""
+
+import argparse
+import sys
+
+from kfdef_dev.demo import register_demo
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m kfdef_dev", description="kfdef-operator development tools")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register_demo(subparsers)
+    args = parser.parse_args()
+    return int(args.handler(args))
+
+
+sys.exit(main())

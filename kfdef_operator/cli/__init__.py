@@ -1,0 +1,2 @@
+"""The ``kfdef-operator`` command line.
+"""
