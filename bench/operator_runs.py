@@ -50,7 +50,7 @@ async def teardown(bench: Bench, deployed: Deployed, *, timeout: float = 300) ->
 
 def _operator_writes(metrics: dict[str, float]) -> int:
     return int(sum(v for k, v in metrics.items()
-                   if k.startswith("kfdef_api_requests{") and any(f'verb="{w}"' in k for w in _OPERATOR_WRITE_VERBS)))
+                   if k.startswith("kfdef_api_requests_total{") and any(f'verb="{w}"' in k for w in _OPERATOR_WRITE_VERBS)))
 
 
 async def _reconcile_count(bench: Bench, result: str) -> int:
@@ -107,7 +107,7 @@ async def idle(bench: Bench, deployed: Deployed, *, window_s: float, settle_s: f
     reads_after = stack_reads(await asyncio.to_thread(apiserver_metrics, bench.control_plane), resources)
     minutes = (time.monotonic() - started) / 60
     requests = {k: after[k] - before.get(k, 0) for k in after
-                if k.startswith("kfdef_api_requests{") and after[k] != before.get(k, 0)}
+                if k.startswith("kfdef_api_requests_total{") and after[k] != before.get(k, 0)}
     return {
         "rss_mb": bench.operator_rss_mb(),
         "requests_per_min": sum(requests.values()) / minutes,

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-API_GROUP = "kfdef.apps.kubeflow.org"
-SUPPORTED_API_VERSIONS = (f"{API_GROUP}/v1", f"{API_GROUP}/v1beta1")
-KIND = "KfDef"
+from kfdef_operator.api.names import GROUP, KIND, SUPPORTED_API_VERSIONS
+
 
 #: An application with this name switches the whole KfDef to kfctl's "stacks" rendering.
 STACKS_APPLICATION = "kubeflow-apps"
@@ -123,6 +122,11 @@ class KfDef:
     version: str = ""
     generation: int = 0
     uid: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    #: ``spec.interval``: seconds between resyncs (None: the operator's default). Flux's name.
+    interval: float | None = None
+    #: ``spec.force``: re-create objects of any kind whose immutable fields changed. Flux's name.
+    force: bool = False
 
     @property
     def uses_stacks(self) -> bool:
@@ -190,7 +194,7 @@ def parse_kfdef(obj: Mapping[str, Any], *, default_name: str | None = None,
         c.add("apiVersion", f"unsupported {api_version!r}; expected one of {', '.join(SUPPORTED_API_VERSIONS)}")
     if obj.get("kind") not in (None, KIND):
         c.add("kind", f"must be {KIND}, got {obj.get('kind')!r}")
-    names_required = api_version != f"{API_GROUP}/v1beta1"
+    names_required = api_version != f"{GROUP}/v1beta1"
 
     meta = c.mapping(obj.get("metadata"), "metadata")
     name = c.string(meta.get("name"), "metadata.name") or (default_name or "")
@@ -212,12 +216,48 @@ def parse_kfdef(obj: Mapping[str, Any], *, default_name: str | None = None,
     plugins = _parse_plugins(c, spec.get("plugins"))
     secrets = _parse_secrets(c, spec.get("secrets"))
     version = c.string(spec.get("version"), "spec.version")
+    interval = _parse_interval(c, spec.get("interval"))
+    force = spec.get("force", False)
+    if not isinstance(force, bool):
+        c.add("spec.force", f"must be true or false, got {force!r}")
+    annotations = c.mapping(meta.get("annotations"), "metadata.annotations")
 
     generation = meta.get("generation") or 0
     if c.errors:
         raise InvalidKfDef(c.errors)
     return KfDef(name=name, namespace=namespace, applications=applications, repos=repos, plugins=plugins,
-                 secrets=secrets, version=version, generation=int(generation), uid=str(meta.get("uid") or ""))
+                 secrets=secrets, version=version, generation=int(generation), uid=str(meta.get("uid") or ""),
+                 annotations={str(k): str(v) for k, v in annotations.items()}, interval=interval, force=force is True)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+MIN_INTERVAL_S = 10.0
+
+
+def parse_duration(text: str) -> float:
+    """A Go/Kubernetes duration (``10m``, ``1h30m``, ``90s``) in seconds; ValueError when it is not one."""
+    parts = _DURATION_PART.findall(text)
+    if not text or "".join(number + unit for number, unit in parts) != text:
+        raise ValueError(f"{text!r} is not a duration such as 10m, 1h30m or 90s")
+    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+
+
+def _parse_interval(c: _Collector, raw: Any) -> float | None:
+    if raw is None:
+        return None
+    text = c.string(raw, "spec.interval")
+    if not text:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError as error:
+        c.add("spec.interval", str(error))
+        return None
+    if seconds < MIN_INTERVAL_S:
+        c.add("spec.interval", f"{text} is shorter than the minimum of {MIN_INTERVAL_S:.0f}s")
+        return None
+    return seconds
 
 
 def _is_dns_label(value: str) -> bool:

@@ -23,10 +23,10 @@ from kfdef_operator.build.kustomize import KustomizeError, kustomize_command
 from kfdef_operator.api.kfdef import KfDef
 from kfdef_operator.build.render import RenderedApplication
 from kfdef_operator.source.resolve import ResolvedSource
+from kfdef_operator.api.types import JSON
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 Renderer = Callable[[KfDef, Mapping[str, ResolvedSource], Path], list[RenderedApplication]]
 
 

@@ -1,273 +1,332 @@
-"""The operator's core: one KfDef in, its whole stack applied, healed and reported.
+"""The operator's core: one KfDef in, its whole stack applied, healed, reported and torn down.
 
-:class:`Operator` owns the shared parts (API client, discovery, tracker,
-apply engine, healer) and the in-memory desired state of each KfDef. That
-state is a cache: everything needed to rebuild it lives in the API server
-(the KfDef, its status inventory, the stamps on objects) and the sources, so
-a restart converges to the same result.
+:class:`Reconciler` owns the shared parts (API client, discovery, tracker,
+resource manager, healer) and one :class:`~kfdef_operator.runtime.stack.Stack`
+and :class:`~kfdef_operator.runtime.status.StatusWriter` per KfDef. KfDef
+watch events only *request* work (:meth:`observe`); a :class:`WorkQueue` runs
+it, one run at a time per KfDef, so a new generation preempts a pending retry
+and nothing waits behind kopf's handler progress.
 
-Pipeline per reconcile: parse -> sources -> render -> upgrade -> staged apply
--> prune -> status. Failures become conditions and events; transient ones
-are retried with backoff by raising :class:`Retry`.
+Pipeline per run: parse -> fetch -> render -> upgrade -> desired state ->
+staged apply -> prune -> status, then the next run is due after a retry
+backoff (failures) or the resync interval (success). Every step reports into
+the stack; every exception becomes a condition and an Event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from fnmatch import fnmatch
-import os
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Hashable, TypeVar
 
-from kfdef_operator.ssa import inventory
-
-from kfdef_operator.runtime import metrics
-
-from kfdef_operator.runtime import conditions as st
-from kfdef_operator.ssa.manager import CONFLICT, FAILED, UNCHANGED, ApplyEngine, Outcome
-from kfdef_operator.ssa.discovery import Discovery, Resource
-from kfdef_operator.runtime.events import EventRecorder
-from kfdef_operator.runtime.heal import Healer
-from kfdef_operator.ssa.inventory import ObjectRef, ref_of
-from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef
-from kfdef_operator.runtime.ownership import Owner, normalize, stamp
-from kfdef_operator.build.render import RenderError, render
+from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, DIGEST_ANNOTATION, FINALIZER, SUSPEND_ANNOTATION,
+                                      kfdef_path)
+from kfdef_operator.api.types import JSON
 from kfdef_operator.build.cache import RenderCache
 from kfdef_operator.build.kustomize import KustomizeError
+from kfdef_operator.build.render import RenderError, render
+from kfdef_operator.controller.desired import DesiredState, build_desired
+from kfdef_operator.controller.queue import WorkQueue
+from kfdef_operator.runtime import conditions as cond
+from kfdef_operator.runtime import metrics
+from kfdef_operator.runtime.events import EventRecorder
+from kfdef_operator.runtime.heal import Healer
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.runtime.stack import Failure, InventoryEntry, Stack, decode_inventory
+from kfdef_operator.runtime.status import StatusWriter
+from kfdef_operator.runtime.tracker import Tracker, instance_label
 from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_sources
-from kfdef_operator.runtime.tracker import LiveObject, Tracker
+from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
+from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
+from kfdef_operator.ssa.discovery import Discovery
+from kfdef_operator.ssa.inventory import ObjectRef, split_api_version, version_of
+from kfdef_operator.ssa.live import LiveObject
+from kfdef_operator.ssa.manager import ApplyOptions, ResourceManager
 from kfdef_operator.upgrade.convert import UnservedApiVersions, upgrade_objects
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
-KFDEF_PATH = "/apis/kfdef.apps.kubeflow.org/v1/namespaces/{namespace}/kfdefs/{name}"
-API_UPGRADE_ANNOTATION = "kfdef.apps.kubeflow.org/api-upgrade"
+Key = tuple[str, str]
+T = TypeVar("T")
 
 
-class Retry(Exception):
-    """Reconcile again after ``delay`` seconds (transient failure or unfinished work)."""
+@dataclass(frozen=True)
+class Settings:
+    """Operator-wide settings (``kfdef-operator run`` flags)."""
 
-    def __init__(self, message: str, delay: float) -> None:
+    work_dir: Path
+    fetch_options: FetchOptions = field(default_factory=FetchOptions.from_env)
+    api_upgrade_default: str = "auto"
+    concurrency: int = 24                 # objects applied in parallel per KfDef
+    health_timeout: float = 300.0         # unhealthy this long after an apply: Degraded
+    interval: float = 600.0               # default resync interval (spec.interval overrides)
+    namespaces: frozenset[str] = frozenset()  # a namespace-scoped operator holds objects only there
+    work_threads: int = 4                 # fetches and renders in parallel, across KfDefs
+    teardown_wave_timeout: float = 60.0
+
+
+class Fail(Exception):
+    """A step's failure as it should appear in status: reason, message, and whether a retry can help."""
+
+    def __init__(self, reason: str, message: str, *, retry: bool, base: float = 5.0) -> None:
         super().__init__(message)
-        self.delay = delay
+        self.failure = Failure(reason, message, retry)
+        self.base = base
 
 
-@dataclass
-class Stack:
-    """What one KfDef wants, as last rendered."""
-
-    owner: Owner
-    generation: int
-    desired: dict[ObjectRef, JSON] = field(default_factory=dict)        # normalised, namespace defaulted
-    resources: dict[ObjectRef, Resource] = field(default_factory=dict)
-    application_of: dict[ObjectRef, str] = field(default_factory=dict)
-    applications: list[str] = field(default_factory=list)
-    outcomes: dict[ObjectRef, Outcome] = field(default_factory=dict)
-    rejected: list[Outcome] = field(default_factory=list)                # not convertible to a served version
-    problems: dict[str, str] = field(default_factory=dict)               # heal fights etc., by object
-    status: JSON = field(default_factory=dict)                          # last status known to be in the API server
-    applied_at: float = 0.0
-    deleting: bool = False
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.owner.namespace, self.owner.name
+def backoff(attempt: int, base: float = 5.0, cap: float = 600.0) -> float:
+    """Seconds before retry ``attempt`` (0-based): ``base`` doubling up to ``cap``."""
+    return min(base * 2.0 ** min(max(attempt, 0), 32), cap)
 
 
-def _kfdef_path(owner: Owner) -> str:
-    return KFDEF_PATH.format(namespace=owner.namespace, name=owner.name)
+def jittered(seconds: float, fraction: float = 0.1) -> float:
+    """``seconds`` ± ``fraction``, so resyncs of many KfDefs spread out."""
+    return seconds * (1.0 + random.uniform(-fraction, fraction))
 
 
-def _identity(obj: JSON) -> tuple[str, str, str]:
-    """What an API-version upgrade keeps: kind, namespace and name."""
-    meta = obj.get("metadata") or {}
-    return obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", "")
+def explain(error: BaseException) -> Failure:
+    """An unexpected exception as a condition a person can act on."""
+    if isinstance(error, KubeApiError):
+        if error.status == 403:
+            return Failure("Forbidden", f"the API server refused {error.method} {error.path}: {error.message}; the "
+                                        "operator's identity lacks this permission (see docs/deployment.md, RBAC)",
+                           retrying=True)
+        return Failure("ApiError", f"{error.method} {error.path}: {describe_api_error(error)}", retrying=True)
+    if isinstance(error, asyncio.TimeoutError):
+        return Failure("Timeout", "timed out waiting for the API server (a watch did not sync, or a request hung); "
+                                  "retrying", retrying=True)
+    return Failure("ReconcileError", f"{type(error).__name__}: {error}", retrying=True)
 
 
-def _backoff(attempt: int, base: float = 5.0, cap: float = 600.0) -> float:
-    return min(base * 2 ** max(attempt, 0), cap)
+def _run_once(obj: JSON) -> bool:
+    """Objects meant to go away once done, never to be re-created: Jobs with ``ttlSecondsAfterFinished``."""
+    return (obj.get("kind") == "Job" and split_api_version(obj.get("apiVersion", ""))[0] == "batch"
+            and (obj.get("spec") or {}).get("ttlSecondsAfterFinished") is not None)
 
 
-class Operator:
-    """Shared state of a running operator; kopf handlers call into it."""
+class Reconciler:
+    """Shared state of a running operator; kopf handlers call :meth:`observe`."""
 
-    def __init__(self, kube: KubeClient, *, work_dir: Path, fetch_options: FetchOptions | None = None,
-                 api_upgrade_default: str = "auto", concurrency: int = 24, health_timeout: float = 300.0,
-                 namespaces: tuple[str, ...] = ()) -> None:
+    def __init__(self, kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None = None) -> None:
         self.kube = kube
-        self.work_dir = work_dir
-        self.fetch_options = fetch_options or FetchOptions.from_env()
-        self.source_cache = SourceCache(work_dir / "sources")
-        self.render_cache = RenderCache(work_dir / "rendered", render)
-        self.api_upgrade_default = api_upgrade_default
-        self.health_timeout = health_timeout
-        self.namespaces = frozenset(namespaces)  # a namespace-scoped operator touches only these (and cluster scope)
+        self.settings = settings
+        self.source_cache = SourceCache(settings.work_dir / "sources")
+        self.render_cache = RenderCache(settings.work_dir / "rendered", render)
         self.discovery = Discovery(kube)
-        self.tracker = Tracker(kube, self._on_event)
-        self.engine = ApplyEngine(kube, self.discovery, self.tracker, concurrency=concurrency)
+        self.tracker = Tracker(kube, self._on_object_event)
+        self.manager = ResourceManager(kube, self.discovery, self.tracker, concurrency=settings.concurrency)
         self.events = EventRecorder(kube)
-        self.healer = Healer(self)
-        self.stacks: dict[tuple[str, str], Stack] = {}
-        self._by_label: dict[str, tuple[str, str]] = {}
-        self._readiness_pending: set[tuple[str, str]] = set()
-        self._readiness_task: asyncio.Task | None = None
+        self.stacks: dict[Key, Stack] = {}
+        self.writers: dict[Key, StatusWriter] = {}
+        self.healer = Healer(kube, self.manager, self.tracker, self.events, self.stacks, self.refresh)
+        self.queue = WorkQueue(self._work, gate=gate)  # type: ignore[arg-type]
+        self._pool = concurrent.futures.ThreadPoolExecutor(settings.work_threads, thread_name_prefix="fetch-render")
+        self._bodies: dict[Key, JSON] = {}
+        self._triggers: dict[Key, tuple[Any, ...]] = {}
+        self._attempts: dict[Key, int] = {}
+        self._by_label: dict[str, Key] = {}
+        self._refresh_pending: set[Key] = set()
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._timers: set[asyncio.TimerHandle] = set()
 
     async def start(self) -> None:
         await self.discovery.refresh()
 
+    def ready(self) -> bool:
+        """Readiness: discovery is loaded, so KfDefs can be worked on."""
+        return self.discovery.cached("v1", "Namespace") is not None
+
+    def alive(self) -> bool:
+        """Liveness: answering at all proves the event loop runs."""
+        return True
+
     async def stop(self) -> None:
+        await self.queue.stop()
         await self.healer.stop()
-        if self._readiness_task:
-            self._readiness_task.cancel()
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+        for timer in self._timers:
+            timer.cancel()
         await self.tracker.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
-    # -- status ----------------------------------------------------------------------
+    # -- KfDef events ------------------------------------------------------------------
 
-    async def write_status(self, stack: Stack, changes: JSON) -> None:
-        """Merge-patch the status subresource with the fields that differ from the last known status."""
-        diff = {}
-        for key, value in changes.items():
-            old = stack.status.get(key)
-            same = st.conditions_equal(old or [], value) if key == "conditions" else old == value
-            if not same:
-                diff[key] = value
-        if not diff:
+    def observe(self, event_type: str | None, body: JSON) -> None:
+        """A KfDef watch event: keep its latest body; request a run when something that matters changed.
+
+        Status writes (our own) and other metadata churn change nothing that matters, so they cause no run.
+        """
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if event_type == "DELETED":
+            self._bodies.pop(key, None)
+            self._triggers.pop(key, None)
+            self.queue.request(key)
             return
+        self._bodies[key] = body
+        annotations = meta.get("annotations") or {}
+        trigger = (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")),
+                   annotations.get(SUSPEND_ANNOTATION), annotations.get(API_UPGRADE_ANNOTATION))
+        if self._triggers.get(key) != trigger:
+            self._triggers[key] = trigger
+            self.queue.request(key)
+
+    async def _work(self, key: Hashable) -> float | None:
+        assert isinstance(key, tuple)
+        body = self._bodies.get(key)
+        if body is None:
+            await self._forget(key)
+            return None
+        started = time.monotonic()
+        deleting = bool(body["metadata"].get("deletionTimestamp"))
+        stack = self._stack_for(body)
         try:
-            await self.kube.request("PATCH", _kfdef_path(stack.owner) + "/status", body={"status": diff},
-                                    content_type="application/merge-patch+json")
-        except KubeApiError as error:
-            if error.status == 404:  # the KfDef is gone
-                return
-            raise
-        stack.status.update(diff)
-        for condition in stack.status.get("conditions") or []:
-            metrics.CONDITION.set(stack.owner.namespace, stack.owner.name, condition["type"],
-                                  value=1.0 if condition["status"] == "True" else 0.0)
-
-    async def set_verdict(self, stack: Stack, verdict: st.Verdict, **fields: Any) -> None:
-        conditions = verdict.apply_to(list(stack.status.get("conditions") or []), stack.generation)
-        await self.write_status(stack, {"conditions": conditions, "observedGeneration": stack.generation, **fields})
-
-    # -- reconcile -------------------------------------------------------------------
+            delay = await (self._teardown(stack, body) if deleting else self._reconcile(stack, body))
+        except Exception as error:  # every error becomes a condition and an Event, then a retry
+            delay = await self._failed(stack, error)
+        result = "error" if stack.failure or stack.failed_changes() or stack.teardown and stack.teardown[1] else "success"
+        metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
+        return delay
 
     def _stack_for(self, body: JSON) -> Stack:
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
-        stack = self.stacks.get((owner.namespace, owner.name))
+        stack = self.stacks.get(owner.key)
         if stack is None or stack.owner.uid != owner.uid:
-            stack = Stack(owner=owner, generation=meta.get("generation", 0))
-            self.stacks[(owner.namespace, owner.name)] = stack
-            self._by_label[owner.label] = stack.key
-        stack.generation = meta.get("generation", 0)
-        stack.status = dict(body.get("status") or {})
+            status = dict(body.get("status") or {})
+            stack = Stack(owner=owner, generation=meta.get("generation", 0), status=status,
+                          inventory=decode_inventory(status))
+            self.stacks[owner.key] = stack
+            self.writers[owner.key] = StatusWriter(self.kube, stack, self.tracker, self.events,
+                                                   health_timeout=self.settings.health_timeout)
+            self._by_label[owner.label] = owner.key
+            self._attempts.pop(owner.key, None)
         return stack
 
-    async def reconcile(self, body: JSON, *, attempt: int = 0) -> None:
-        """Bring the cluster to what the KfDef says. Raises :class:`Retry` for transient trouble."""
-        started = time.monotonic()
-        stack = self._stack_for(body)
-        result = "error"
-        try:
-            await self._reconcile(stack, body, attempt)
-            result = "success"
-        finally:
-            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started, result)
+    async def _failed(self, stack: Stack, error: BaseException) -> float | None:
+        failure = error.failure if isinstance(error, Fail) else explain(error)
+        base = error.base if isinstance(error, Fail) else 5.0
+        if isinstance(error, Fail):
+            log.warning("%s: %s: %s", stack.owner, failure.reason, failure.message)
+        else:
+            log.error("%s: reconcile failed: %s", stack.owner, failure.message, exc_info=error)
+        if stack.deleting:
+            stack.teardown = (failure.message, True)
+        else:
+            stack.failure = failure
+            stack.step = None
+        await self.writers[stack.key].update()
+        await self.events.record(stack.owner, "Warning", failure.reason, failure.message)
+        if not failure.retrying:
+            return None  # only a change of the KfDef can help; its event requests the next run
+        attempt = self._attempts.get(stack.key, 0)
+        self._attempts[stack.key] = attempt + 1
+        return backoff(attempt, base=base, cap=120.0 if stack.deleting else 600.0)
 
-    async def _reconcile(self, stack: Stack, body: JSON, attempt: int) -> None:
-        owner = stack.owner
-        new_generation = stack.status.get("observedGeneration") != stack.generation
+    # -- reconcile ----------------------------------------------------------------------
 
-        async def progress(step: str, message: str) -> None:
-            # Progress is shown while a new generation is worked on; re-reconciling an unchanged KfDef
-            # (an operator restart, a retry) writes nothing but what ends up different.
-            if new_generation:
-                await self.set_verdict(stack, st.progressing(step, message))
-
+    async def _reconcile(self, stack: Stack, body: JSON) -> float | None:
+        writer = self.writers[stack.key]
         try:
             kfdef = parse_kfdef(body)
         except InvalidKfDef as error:
-            await self._fail(stack, "InvalidSpec", str(error), retry=False)
-            return
-        await progress("FetchingSources", f"fetching {len(kfdef.repos)} source(s)")
+            stack.begin(body["metadata"].get("generation", 0), announce=False)
+            raise Fail("InvalidSpec", str(error), retry=False) from None
+        if kfdef.generation != stack.generation:
+            self._attempts.pop(stack.key, None)  # a new generation starts its backoff afresh
+        await self._ensure_finalizer(stack)
+        stack.suspended = kfdef.annotations.get(SUSPEND_ANNOTATION, "").lower() == "true"
+        if stack.suspended:
+            stack.generation = kfdef.generation
+            await writer.update()
+            return None
+        announce = stack.status.get("observedGeneration") != kfdef.generation or stack.failure is not None
+        stack.begin(kfdef.generation, announce=announce)
+
+        async def step(reason: str, message: str) -> None:
+            if announce:
+                stack.step = (reason, message)
+                await writer.update()
+
         try:
-            sources = await asyncio.to_thread(resolve_sources, kfdef.repos, self.source_cache, self.fetch_options)
+            await step("FetchingSources", f"fetching {len(kfdef.repos)} source(s)")
+            sources = await self._in_pool(resolve_sources, kfdef.repos, self.source_cache,
+                                          self.settings.fetch_options)
         except SourceError as error:
-            await self._fail(stack, "SourceFailed", str(error), retry=True, attempt=attempt)
-            return
-        await progress("Rendering", f"rendering {len(kfdef.applications)} application(s)")
-        workdir = self.work_dir / "render" / owner.namespace / owner.name
+            raise Fail("SourceFailed", str(error), retry=True) from None
         try:
-            rendered = await asyncio.to_thread(self.render_cache.render, body, kfdef, sources, workdir)
+            await step("Rendering", f"rendering {len(kfdef.applications)} application(s)")
+            rendered = await self._in_pool(self.render_cache.render, body, kfdef, sources,
+                                           self.settings.work_dir / "render" / stack.owner.namespace / stack.owner.name)
         except (RenderError, KustomizeError) as error:
-            await self._fail(stack, "RenderFailed", str(error), retry=True, attempt=attempt, base=30.0)
-            return
-        objects = [(app.name, obj) for app in rendered for obj in app.objects]
-        policy = (body["metadata"].get("annotations") or {}).get(API_UPGRADE_ANNOTATION, self.api_upgrade_default)
+            raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
+        desired = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
+        stack.reported.update(
+            sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
+            reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
+        await step("Applying", f"applying {len(stack.desired)} objects")
+        await self._record_intent(stack)
+        changes = await self._apply(stack, kfdef, desired)
+        await self._prune(stack)
+        stack.record_apply(changes)
+        if not announce:  # a resync: also catch drift that no watch event showed
+            await self.tracker.resync(stack.owner.label, set(stack.resources.values()))
+        self.healer.applied(stack)
+        self._schedule_refresh_after(self.settings.health_timeout + 1, stack.key)
+        if not await writer.update():
+            raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",
+                       retry=True)
+        failures = stack.failed_changes()
+        if changes.written or failures:
+            level = "Warning" if failures else "Normal"
+            await self.events.record(stack.owner, level, "ApplyFailed" if failures else "Applied",
+                                     f"{changes.summary()}" + (f"; {cond.failure_summary(failures)}" if failures else ""))
+        if failures:
+            attempt = self._attempts.get(stack.key, 0)
+            self._attempts[stack.key] = attempt + 1
+            return backoff(attempt, base=10.0)
+        self._attempts.pop(stack.key, None)
+        return jittered(kfdef.interval or self.settings.interval)
+
+    async def _in_pool(self, function: Callable[..., T], *args: Any) -> T:
+        """Run blocking fetch and render work on the operator's own bounded pool, not the default executor."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
+
+    def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> DesiredState:
+        """Upgrade the rendered objects and settle the stack's desired state."""
+        policy = kfdef.annotations.get(API_UPGRADE_ANNOTATION, self.settings.api_upgrade_default)
         try:
             # One call for the whole KfDef: custom resources count as served when their CRD is in the stack.
             upgraded = upgrade_objects([obj for _, obj in objects], self.discovery.serves, policy=policy)
         except UnservedApiVersions as error:
-            await self._fail(stack, "UnservedApiVersions", str(error), retry=False)
-            return
+            raise Fail("UnservedApiVersions", str(error), retry=False) from None
         except ValueError as error:
-            await self._fail(stack, "InvalidSpec", f"{API_UPGRADE_ANNOTATION}: {error}", retry=False)
-            return
+            raise Fail("InvalidSpec", f"{API_UPGRADE_ANNOTATION}: {error}", retry=False) from None
         application_of = {_identity(obj): app for app, obj in objects}
-        objects = [(application_of.get(_identity(obj), ""), obj) for obj in upgraded.objects]
-        stack.rejected = [
-            Outcome(ObjectRef(inventory.split_api_version(u.api_version)[0], u.kind, u.namespace or "", u.name),
-                    FAILED, f"{u.api_version} is not served by this cluster and cannot be converted: {u.reason}")
+        desired = build_desired(((application_of.get(_identity(obj), ""), obj) for obj in upgraded.objects),
+                                self.discovery, default_namespace=kfdef.namespace,
+                                namespaces=self.settings.namespaces)
+        stack.desired, stack.resources = desired.objects, desired.resources
+        stack.application_of = desired.application_of
+        stack.applications = [app.name for app in kfdef.applications]
+        stack.run_once = {ref for ref, obj in desired.objects.items() if _run_once(obj)}
+        stack.rejected = desired.rejected + [
+            Change(ObjectRef(split_api_version(u.api_version)[0], u.kind, u.namespace or "", u.name), Action.FAILED,
+                   f"{u.api_version} is not served by this cluster and cannot be converted: {u.reason}")
             for u in upgraded.unserved]
-        resolved, later, duplicates = await self._desired(stack, kfdef, objects)
         stack.problems.pop("render", None)
-        if duplicates:
-            stack.problems["render"] = f"rendered twice (last wins): {st.list_objects(duplicates)}"
-
-        await self._record_intent(stack)
-        await self.tracker.watch({r for _, r in resolved})
-
-        async def apply_progress(stage: str, applied: int, total: int) -> None:
-            await progress("Applying", f"applied {applied}/{total} objects (stage {stage})")
-
-        outcomes = await self.engine.apply_all(owner, resolved, later, owner.namespace, progress=apply_progress)
-        stack.applied_at = time.monotonic()
-        # Past the health deadline, unhealthy objects turn into Degraded: one timer, no polling.
-        asyncio.get_running_loop().call_later(self.health_timeout + 1, self._schedule_readiness, stack.key)
-        stack.outcomes = {o.ref: o for o in outcomes}
-        for outcome in outcomes:
-            if outcome.action not in (UNCHANGED,):
-                metrics.OBJECTS_APPLIED.inc(outcome.action)
-            if outcome.action == FAILED:
-                metrics.APPLY_ERRORS.inc(outcome.ref.kind)
-        for outcome in outcomes:  # custom resources resolved during the apply
-            if outcome.ref not in stack.resources and outcome.live is not None:
-                stack.resources[outcome.ref] = await self.discovery.resource(outcome.live["apiVersion"], outcome.ref.kind)
-        await self.tracker.watch(set(stack.resources.values()))
-        self.healer.applied(stack)
-
-        previous = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
-        stale = inventory.stale(previous, stack.desired)
-        pruned = await self.engine.prune(owner, stale) if stale else []
-        if pruned:
-            await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
-        await self._finish(stack, kfdef, sources, upgraded, pruned)
-        failures = [o for o in [*stack.rejected, *outcomes] if o.action in (FAILED, CONFLICT)]
-        changed = [o for o in outcomes if o.action not in (UNCHANGED, FAILED, CONFLICT)]
-        if changed or pruned:
-            await self.events.record(body, "Normal", "Applied",
-                                     f"applied {len(changed)} changed object(s), {len(outcomes) - len(changed) - len(failures)} "
-                                     f"unchanged, pruned {sum(1 for p in pruned if p[1] == 'deleted')}")
-        if upgraded.upgraded and (changed or new_generation):
-            await self.events.record(body, "Normal", "ApiVersionsUpgraded", upgraded.summary())
-        if failures:
-            await self.events.record(body, "Warning", "ApplyFailed", self._failure_message(failures))
-            raise Retry(f"{len(failures)} object(s) not applied", _backoff(attempt, base=10.0))
+        if desired.duplicates:
+            stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
+        stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
+                                      "kinds": sorted({u.kind for u in upgraded.upgraded})}
+        return desired
 
     async def _record_intent(self, stack: Stack) -> None:
         """Add the objects about to be applied for the first time to the inventory, before applying them.
@@ -276,228 +335,184 @@ class Operator:
         knows every object that may exist. Entries that were never created read as gone; objects held by
         someone else are skipped by prune and teardown (they check the claim), so a wider inventory is safe.
         """
-        previous = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
-        new = [ref for ref in stack.desired if ref not in previous]
+        new = [ref for ref in stack.desired if ref not in stack.inventory]
         if not new:
             return
-        entries = [{"id": ref.id, "v": version} for ref, version in previous.items()]
-        entries += [{"id": ref.id, "v": inventory.version_of(stack.desired[ref])} for ref in new]
-        await self.write_status(stack, {"inventory": {"entries": entries}})
+        for ref in new:
+            stack.inventory[ref] = InventoryEntry(version_of(stack.desired[ref]))
+        if not await self.writers[stack.key].update():
+            raise Fail("StatusNotWritten", "the inventory could not be recorded before applying; retrying",
+                       retry=True)
 
-    @staticmethod
-    def _failure_message(failures: list[Outcome]) -> str:
-        return st.truncate(f"{len(failures)} object(s) not applied: " + "; ".join(
-            f"{o.ref}: {o.message}" for o in failures[:5]))
+    def _digest(self, stack: Stack, ref: ObjectRef) -> str:
+        resource = stack.resources.get(ref)
+        stamped = stack.owner.stamp(stack.desired[ref], namespaced=resource.namespaced if resource else True,
+                                    adopted=False)
+        return str(stamped["metadata"]["annotations"][DIGEST_ANNOTATION])
 
-    async def _fail(self, stack: Stack, reason: str, message: str, *, retry: bool, attempt: int = 0,
-                    base: float = 5.0) -> None:
-        log.warning("KfDef %s/%s: %s: %s", stack.owner.namespace, stack.owner.name, reason, message)
-        await self.set_verdict(stack, st.failed(reason, message, retrying=retry))
-        await self.events.record_for(stack.owner, "Warning", reason, message)
-        if retry:
-            raise Retry(message, _backoff(attempt, base=base))
+    async def _apply(self, stack: Stack, kfdef: KfDef, desired: DesiredState) -> ChangeSet:
+        # Run-once objects applied before with this very content are not created again once gone.
+        keep_absent = {ref: "ran before with this content and was removed (ttlSecondsAfterFinished); created "
+                            "again only when its spec changes" for ref in stack.run_once
+                       if (entry := stack.inventory.get(ref)) is not None and entry.run_once == self._digest(stack, ref)}
+        await self.tracker.watch(set(stack.resources.values()))
+        changes = await self.manager.apply_all(stack.owner, desired.served, desired.not_served_yet,
+                                               ApplyOptions(force=kfdef.force, keep_absent=keep_absent))
+        for change in changes:
+            if change.action.wrote:
+                metrics.OBJECTS_APPLIED.labels(change.action.value).inc()
+            if change.action is Action.FAILED:
+                metrics.APPLY_ERRORS.labels(change.ref.kind).inc()
+            if change.ref not in stack.resources and change.live is not None:  # custom resources served now
+                stack.resources[change.ref] = await self.discovery.resource(change.live["apiVersion"], change.ref.kind)
+            if change.ref in stack.run_once and change.action in (Action.CREATED, Action.CONFIGURED,
+                                                                   Action.UNCHANGED):
+                stack.inventory[change.ref].run_once = self._digest(stack, change.ref)
+        await self.tracker.watch(set(stack.resources.values()))
+        for change in changes:
+            if change.action is Action.CONFLICT:  # never ours: never in our inventory
+                stack.inventory.pop(change.ref, None)
+        return changes
 
-    async def _desired(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]
-                       ) -> tuple[list[tuple[JSON, Resource]], list[JSON], list[str]]:
-        """Normalise rendered objects, default namespaces and resolve kinds.
-
-        Returns (resolved objects, custom resources whose CRD is applied by
-        this stack and not served yet, duplicated objects).
-        """
-        stack.desired, stack.resources, stack.application_of = {}, {}, {}
-        stack.applications = [app.name for app in kfdef.applications]
-        crd_scopes = {}
-        for _, obj in objects:
-            if obj.get("kind") == "CustomResourceDefinition":
-                spec = obj.get("spec") or {}
-                for version in spec.get("versions") or [{"name": spec.get("version")}]:
-                    crd_scopes[(f"{spec.get('group')}/{version.get('name')}", (spec.get("names") or {}).get("kind"))] = \
-                        spec.get("scope", "Namespaced") == "Namespaced"
-        resolved: dict[ObjectRef, tuple[JSON, Resource]] = {}
-        later: dict[ObjectRef, JSON] = {}
-        duplicates = []
-        for app, raw in objects:
-            obj = normalize(raw)
-            resource = self.discovery.cached(obj.get("apiVersion", ""), obj.get("kind", ""))
-            meta = obj["metadata"]
-            if resource is not None:
-                if resource.namespaced and not meta.get("namespace"):
-                    meta["namespace"] = kfdef.namespace
-                elif not resource.namespaced:
-                    meta.pop("namespace", None)
-            else:
-                namespaced = crd_scopes.get((obj.get("apiVersion"), obj.get("kind")), True)
-                if namespaced and not meta.get("namespace"):
-                    meta["namespace"] = kfdef.namespace
-            ref = ref_of(obj)
-            if self.namespaces and ref.namespace and not any(fnmatch(ref.namespace, p) for p in self.namespaces):
-                stack.rejected.append(Outcome(ref, FAILED, f"namespace {ref.namespace} is outside this operator's "
-                                              f"scope ({', '.join(sorted(self.namespaces))}); not applied"))
-                continue
-            if ref in stack.desired:
-                duplicates.append(str(ref))
-                resolved.pop(ref, None)
-                later.pop(ref, None)
-            stack.desired[ref] = obj
-            stack.application_of[ref] = app
-            if resource is not None:
-                stack.resources[ref] = resource
-                resolved[ref] = (obj, resource)
-            else:
-                later[ref] = obj
-        return list(resolved.values()), list(later.values()), duplicates
-
-    # -- final status ----------------------------------------------------------------
-
-    def readiness(self, stack: Stack) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """(failures, unhealthy) of a stack, from apply outcomes and the tracker's live health."""
-        failures = [(str(o.ref), o.message) for o in stack.rejected]
-        unhealthy = []
-        for ref in stack.desired:
-            outcome = stack.outcomes.get(ref)
-            if outcome is not None and not outcome.ok:
-                failures.append((str(ref), outcome.message))
-                continue
-            live = self.tracker.get(ref)
-            if live is None:
-                if self.tracker.is_watched(ref.group, ref.kind):
-                    unhealthy.append((str(ref), "missing"))
-            elif not live.health.ready:
-                unhealthy.append((str(ref), live.health.message))
-        return failures, unhealthy
-
-    def _summary(self, stack: Stack) -> tuple[JSON, list[JSON]]:
-        per_app = {name: {"name": name, "total": 0, "applied": 0, "ready": 0, "failed": 0} for name in stack.applications}
-        for ref, app in stack.application_of.items():
-            row = per_app.setdefault(app, {"name": app, "total": 0, "applied": 0, "ready": 0, "failed": 0})
-            row["total"] += 1
-            outcome = stack.outcomes.get(ref)
-            if outcome is not None and outcome.ok:
-                row["applied"] += 1
-                live = self.tracker.get(ref)
-                if live is not None and live.health.ready:
-                    row["ready"] += 1
-            elif outcome is not None:
-                row["failed"] += 1
-        rows = list(per_app.values())
-        summary = {key: sum(r[key] for r in rows) for key in ("total", "applied", "ready", "failed")}
-        summary["total"] += len(stack.rejected)
-        summary["failed"] += len(stack.rejected)
-        return summary, rows
-
-    def verdict(self, stack: Stack) -> st.Verdict:
-        failures, unhealthy = self.readiness(stack)
-        overdue = bool(stack.applied_at) and time.monotonic() - stack.applied_at > self.health_timeout
-        return st.applied(len(stack.desired) + len(stack.rejected), failures, unhealthy,
-                          list(stack.problems.values()), health_overdue=overdue)
-
-    async def _finish(self, stack: Stack, kfdef: KfDef, sources: dict, upgraded, pruned: list) -> None:
-        kept = [ref for ref in stack.desired if stack.outcomes.get(ref) is None or stack.outcomes[ref].action != CONFLICT]
-        # Objects whose prune failed stay in the inventory, so a later reconcile or the teardown retries them.
-        kept += [ref for ref, result, _ in pruned if result == "failed"]
-        previous = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
-        entries = [{"id": ref.id, "v": inventory.version_of(stack.desired[ref]) if ref in stack.desired
-                    else previous.get(ref, "v1")} for ref in kept]
-        summary, rows = self._summary(stack)
-        summary["upgraded"] = len(upgraded.upgraded)
-        failures = [{"object": str(o.ref), "message": st.truncate(o.message, 512)}
-                    for o in [*stack.rejected, *stack.outcomes.values()] if not o.ok][: st.MAX_FAILURES_LISTED]
-        fields = {
-            "summary": summary, "applications": rows, "failures": failures,
-            "inventory": {"entries": entries},
-            "sources": [{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
-            "reposCache": [{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()],
-            "upgrades": {"count": len(upgraded.upgraded), "kinds": sorted({u.kind for u in upgraded.upgraded})},
-        }
-        await self.set_verdict(stack, self.verdict(stack), **fields)
-
-    async def refresh_readiness(self, key: tuple[str, str]) -> None:
-        """Re-evaluate a stack's conditions from live health (debounced by the caller)."""
-        stack = self.stacks.get(key)
-        if stack is None or stack.deleting or not stack.outcomes:
+    async def _prune(self, stack: Stack) -> None:
+        """Delete what the previous inventory holds and the desired state no longer does."""
+        stale = {ref: entry.version for ref, entry in stack.inventory.items() if ref not in stack.desired}
+        if not stale:
             return
-        summary, rows = self._summary(stack)
-        summary["upgraded"] = (stack.status.get("summary") or {}).get("upgraded", 0)
-        before = next((c for c in stack.status.get("conditions") or [] if c["type"] == st.READY), {})
-        await self.set_verdict(stack, self.verdict(stack), summary=summary, applications=rows)
-        after = next((c for c in stack.status.get("conditions") or [] if c["type"] == st.READY), {})
-        if after.get("status") == "True" and before.get("status") != "True":
-            await self.events.record_for(stack.owner, "Normal", "Ready", after.get("message", "ready"))
+        pruned = await self.manager.prune(stack.owner, stale)
+        for change in pruned:
+            if change.action is Action.FAILED:  # stays in the inventory: retried by the next run or the teardown
+                log.warning("%s: could not prune %s: %s", stack.owner, change.ref, change.message)
+            else:
+                stack.inventory.pop(change.ref, None)
+        if pruned.written:
+            await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
+            await self.events.record(stack.owner, "Normal", "Pruned", f"pruned objects no longer rendered: "
+                                                                     f"{pruned.summary()}")
 
-    def _schedule_readiness(self, key: tuple[str, str]) -> None:
-        self._readiness_pending.add(key)
-        if self._readiness_task is None or self._readiness_task.done():
-            self._readiness_task = asyncio.create_task(self._readiness_loop())
+    async def _ensure_finalizer(self, stack: Stack) -> None:
+        """Hold the KfDef until its stack is torn down (kfctl's finalizer name)."""
+        body = self._bodies.get(stack.key) or {}
+        if FINALIZER in ((body.get("metadata") or {}).get("finalizers") or ()):
+            return
+        await self._patch_finalizers(stack, add=True)
 
-    async def _readiness_loop(self) -> None:
-        while self._readiness_pending:
-            await asyncio.sleep(0.2)  # coalesce bursts of status events into one status write
-            pending, self._readiness_pending = self._readiness_pending, set()
+    async def _patch_finalizers(self, stack: Stack, *, add: bool) -> None:
+        """Add or remove our finalizer with a resourceVersion precondition (others' finalizers are kept)."""
+        path = kfdef_path(*stack.key)
+        for _ in range(5):
+            current = await self.kube.get(path)
+            if current is None or current["metadata"].get("uid") != stack.owner.uid:
+                return
+            finalizers = list(current["metadata"].get("finalizers") or [])
+            if (FINALIZER in finalizers) == add:
+                return
+            finalizers = [*finalizers, FINALIZER] if add else [f for f in finalizers if f != FINALIZER]
+            try:
+                await self.kube.request("PATCH", path, content_type="application/merge-patch+json", body={
+                    "metadata": {"finalizers": finalizers, "resourceVersion": current["metadata"]["resourceVersion"]}})
+                return
+            except KubeApiError as error:
+                if error.status != 409:
+                    raise
+        raise Fail("FinalizerConflict", "the KfDef kept changing while its finalizer was updated; retrying",
+                   retry=True)
+
+    # -- readiness from watch events --------------------------------------------------------
+
+    def refresh(self, stack: Stack) -> None:
+        """Re-evaluate a stack's status soon (coalesced: one write for a burst of events)."""
+        self._refresh_pending.add(stack.key)
+        if self._refresh_task is None or self._refresh_task.done():
+            self._refresh_task = asyncio.create_task(self._refresh_loop())
+
+    def _schedule_refresh_after(self, seconds: float, key: Key) -> None:
+        """One timer instead of polling: past the health deadline, unhealthy objects turn into Degraded."""
+        def fire() -> None:
+            self._timers.discard(timer)
+            stack = self.stacks.get(key)
+            if stack is not None:
+                self.refresh(stack)
+        timer = asyncio.get_running_loop().call_later(seconds, fire)
+        self._timers.add(timer)
+
+    async def _refresh_loop(self) -> None:
+        while self._refresh_pending:
+            await asyncio.sleep(0.2)  # coalesce bursts of events into one status write
+            pending, self._refresh_pending = self._refresh_pending, set()
             for key in pending:
-                try:
-                    await self.refresh_readiness(key)
-                except Exception:
-                    log.exception("status refresh of KfDef %s/%s failed", *key)
+                writer = self.writers.get(key)
+                if writer is not None:
+                    await writer.update()
 
-    # -- events from the tracker -------------------------------------------------------
-
-    def stack_of_label(self, label: str | None) -> Stack | None:
-        key = self._by_label.get(label or "")
-        return self.stacks.get(key) if key else None
-
-    def _on_event(self, event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
-        stack = self.stack_of_label(live.instance_label)
+    def _on_object_event(self, event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
+        key = self._by_label.get(instance_label(live) or "")
+        stack = self.stacks.get(key) if key else None
         if stack is None or stack.deleting or ref not in stack.desired:
             return
         self.healer.observe(stack, event_type, ref, live, obj)
-        if stack.outcomes:
-            self._schedule_readiness(stack.key)
+        if stack.changes:
+            self.refresh(stack)
 
-    def desired_stamped(self, stack: Stack, ref: ObjectRef, *, adopted: bool) -> JSON:
-        resource = stack.resources.get(ref)
-        return stamp(stack.desired[ref], stack.owner, namespaced=resource.namespaced if resource else True,
-                     adopted=adopted)
+    # -- teardown ------------------------------------------------------------------------
 
-    # -- teardown --------------------------------------------------------------------
-
-    async def teardown(self, body: JSON, *, attempt: int = 0) -> None:
+    async def _teardown(self, stack: Stack, body: JSON) -> float | None:
         """Delete everything the KfDef created (in reverse dependency order), keep what it adopted.
 
-        Raises :class:`Retry` while objects remain; the finalizer stays until the
-        inventory is empty, so nothing is ever orphaned.
+        The finalizer stays until the inventory is empty, so nothing is ever orphaned; a suspended KfDef is
+        let go without touching its objects (Flux's behaviour for a suspended Kustomization).
         """
-        stack = self._stack_for(body)
+        writer = self.writers[stack.key]
         stack.deleting = True
         await self.healer.forget(stack)
-        entries = inventory.decode((stack.status.get("inventory") or {}).get("entries"))
-        if not entries:
-            await self._forget(stack)
+        finalizers = body["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers:
+            return None
+        suspended = ((body["metadata"].get("annotations") or {}).get(SUSPEND_ANNOTATION, "").lower() == "true")
+        if stack.inventory and suspended:
+            await self.events.record(stack.owner, "Warning", "Orphaned",
+                                     f"the KfDef was deleted while suspended: its {len(stack.inventory)} objects "
+                                     "were left in place")
+            stack.inventory.clear()
+        if stack.inventory:
+            stack.teardown = (f"deleting {len(stack.inventory)} objects", False)
+            await writer.update()
+            result = await self.manager.teardown(stack.owner, {r: e.version for r, e in stack.inventory.items()},
+                                                 wave_timeout=self.settings.teardown_wave_timeout)
+            for change in result.changes:
+                stack.inventory.pop(change.ref, None)
+            if not result.done:
+                message = f"{len(result.remaining)} object(s) not deleted yet: " + cond.list_objects(
+                    f"{ref} ({why})" for ref, why in result.remaining)
+                stack.teardown = (message, True)
+                await writer.update()
+                await self.events.record(stack.owner, "Warning", "TeardownStuck", message)
+                attempt = self._attempts.get(stack.key, 0)
+                self._attempts[stack.key] = attempt + 1
+                return backoff(attempt, base=5.0, cap=120.0)
+            await self.events.record(stack.owner, "Normal", "Deleted",
+                                     f"deleted {result.changes.count(Action.DELETED, Action.GONE)} objects, released "
+                                     f"{result.changes.count(Action.RELEASED)} that were not the stack's to delete")
+            await writer.update()
+        await self._patch_finalizers(stack, add=False)
+        await self._forget(stack.key)
+        return None
+
+    async def _forget(self, key: Key) -> None:
+        stack = self.stacks.pop(key, None)
+        writer = self.writers.pop(key, None)
+        self._attempts.pop(key, None)
+        if stack is None:
             return
-        await self.set_verdict(stack, st.terminating(f"deleting {len(entries)} objects", stuck=False))
-
-        async def teardown_progress(_: str, done: int, total: int) -> None:
-            if done < total:
-                await self.set_verdict(stack, st.terminating(f"deleted {done}/{total} objects", stuck=False))
-
-        result = await self.engine.teardown(stack.owner, entries, progress=teardown_progress,
-                                            wave_timeout=float(os.environ.get("KFDEF_TEARDOWN_WAVE_TIMEOUT") or 60.0))
-        if result.done:
-            await self.events.record(body, "Normal", "Deleted",
-                                     f"deleted {result.deleted} objects, released {result.released} that existed before")
-            await self._forget(stack)
-            return
-        remaining = {ref for ref, _ in result.remaining}
-        message = f"{len(remaining)} object(s) not deleted yet: " + st.list_objects(
-            f"{ref} ({why})" for ref, why in result.remaining)
-        await self.set_verdict(stack, st.terminating(message, stuck=True),
-                               inventory={"entries": [{"id": r.id, "v": v} for r, v in entries.items() if r in remaining]})
-        await self.events.record(body, "Warning", "TeardownStuck", message)
-        raise Retry(message, _backoff(attempt, base=5.0, cap=120.0))
-
-    async def _forget(self, stack: Stack) -> None:
-        self.stacks.pop(stack.key, None)
         self._by_label.pop(stack.owner.label, None)
+        await self.healer.forget(stack)
+        if writer is not None:
+            writer.forget()
         # Watches of kinds no remaining KfDef holds are closed: at rest, only needed watches stay open.
         await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
-        for condition_type in (st.READY, st.RECONCILING, st.DEGRADED):
-            metrics.CONDITION.remove(stack.owner.namespace, stack.owner.name, condition_type)
+
+
+def _identity(obj: JSON) -> tuple[str, str, str]:
+    """What an API-version upgrade keeps: kind, namespace and name."""
+    meta = obj.get("metadata") or {}
+    return obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", "")

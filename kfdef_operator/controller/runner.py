@@ -11,6 +11,9 @@ from pathlib import Path
 
 import kopf
 
+from kfdef_operator.api.kfdef import parse_duration
+from kfdef_operator.controller.reconciler import Settings
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, for log pipelines."""
@@ -42,6 +45,12 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=int, default=24, help="objects applied in parallel per KfDef")
     parser.add_argument("--health-timeout", type=float, default=300.0, metavar="SECONDS",
                         help="how long applied objects may stay unhealthy before the KfDef is Degraded")
+    parser.add_argument("--interval", type=_duration, default=os.environ.get("KFDEF_INTERVAL", "10m"),
+                        metavar="DURATION",
+                        help="default resync interval of a KfDef (re-resolve its sources, correct unseen drift), "
+                             "overridden by its spec.interval; jittered by 10%% (default %(default)s)")
+    parser.add_argument("--work-threads", type=int, default=4, metavar="N",
+                        help="fetches and renders run in parallel, across all KfDefs (default %(default)s)")
     parser.set_defaults(handler=run_operator)
 
 
@@ -59,17 +68,31 @@ def _configure_logging(log_format: str, verbose: bool) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+def _duration(text: str | float) -> float:
+    if isinstance(text, float):
+        return text
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def default_work_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfdef-operator"
+
+
 def run_operator(args: argparse.Namespace) -> int:
-    from kfdef_operator.controller import handlers  # registers the kopf handlers
+    from kfdef_operator.controller import handlers  # noqa: F401  (registers the kopf handlers)
 
     _configure_logging(args.log_format, args.verbose)
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
-    memo = kopf.Memo(options={
-        "kubeconfig": args.kubeconfig, "work_dir": str(args.work_dir or handlers.default_work_dir()),
-        "api_upgrade": args.api_upgrade, "concurrency": args.concurrency, "server_address": args.server_address,
-        "health_timeout": args.health_timeout, "namespaces": args.namespaces or [],
-    })
+    settings = Settings(work_dir=args.work_dir or default_work_dir(), api_upgrade_default=args.api_upgrade,
+                        concurrency=args.concurrency, health_timeout=args.health_timeout,
+                        interval=_duration(args.interval), namespaces=frozenset(args.namespaces or ()),
+                        work_threads=args.work_threads,
+                        teardown_wave_timeout=float(os.environ.get("KFDEF_TEARDOWN_WAVE_TIMEOUT") or 60.0))
+    memo = kopf.Memo(kubeconfig=args.kubeconfig, settings=settings, server_address=args.server_address)
     namespaces = args.namespaces or []
     asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=namespaces, memo=memo))
     return 0

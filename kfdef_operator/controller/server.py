@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
 
 from kfdef_operator.runtime import metrics
 
-if TYPE_CHECKING:
-    from kfdef_operator.controller.reconciler import Operator
+
+class Probes(Protocol):
+    """What the probe endpoints ask of the operator."""
+
+    def alive(self) -> bool:
+        """The process is doing its work (liveness: false means restart me)."""
+
+    def ready(self) -> bool:
+        """The operator can serve (readiness)."""
 
 
 class ProbeServer:
     """A small aiohttp server bound to ``host:port``."""
 
-    def __init__(self, operator: "Operator", address: str) -> None:
+    def __init__(self, probes: Probes, address: str) -> None:
         host, _, port = address.rpartition(":")
         self._host, self._port = host or "0.0.0.0", int(port)
-        self._operator = operator
+        self._probes = probes
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -35,14 +42,13 @@ class ProbeServer:
             await self._runner.cleanup()
 
     async def _healthz(self, _: web.Request) -> web.Response:
-        return web.Response(text="ok\n")  # answering at all proves the event loop is alive
+        alive = self._probes.alive()
+        return web.Response(text="ok\n" if alive else "stuck\n", status=200 if alive else 503)
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        ready = self._operator.discovery.cached("v1", "Namespace") is not None
+        ready = self._probes.ready()
         return web.Response(text="ready\n" if ready else "starting\n", status=200 if ready else 503)
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        for verb, count in self._operator.kube.stats().by_verb.items():
-            metrics.API_REQUESTS.set(verb, value=count)
-        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
+        return web.Response(body=metrics.exposition(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable, Sequence
+from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa.changeset import Change
 
-JSON = dict[str, Any]
 
 READY, RECONCILING, DEGRADED = "Ready", "Reconciling", "Degraded"
 MAX_FAILURES_LISTED = 50
@@ -79,6 +80,8 @@ class Verdict:
 
 
 NOT_DEGRADED = (False, "AsExpected", "no problems found")
+SUSPENDED = (False, "Suspended", "reconciliation is suspended by the annotation kfdef.apps.kubeflow.org/suspend; "
+                                 "nothing is applied, healed or pruned until it is removed")
 
 
 def progressing(step: str, message: str) -> Verdict:
@@ -91,6 +94,12 @@ def failed(reason: str, message: str, *, retrying: bool) -> Verdict:
     hint = " Retrying with backoff." if retrying else " Fix the KfDef to retry."
     return Verdict(ready=(False, reason, message), reconciling=(retrying, reason, message),
                    degraded=(True, reason, message + hint))
+
+
+def failure_summary(failures: Sequence[Change]) -> str:
+    """``2 object(s) not applied: <object>: <why>; ...`` (the first five)."""
+    return truncate(f"{len(failures)} object(s) not applied: " + "; ".join(
+        f"{change.ref}: {change.message}" for change in failures[:5]))
 
 
 def list_objects(items: Iterable[str], limit: int = 8) -> str:

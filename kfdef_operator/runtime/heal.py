@@ -2,21 +2,25 @@
 
 Driven by the tracker's watch events (no polling):
 
-- ``DELETED`` of an object its KfDef still wants: re-apply that object only.
-  Objects inside a Namespace or of a CRD that is itself being deleted cannot
-  come back before their parent; they wait, and the parent's own heal
-  re-creates them once it is back (the Namespace after it is really gone, the
-  CRD once it is Established again).
-- ``ADDED``/``MODIFIED`` whose managed fields no longer match the desired
-  state: re-assert them with server-side apply (fields other managers own,
-  such as a user's extra label, stay). A suspicion from the local comparison
-  is confirmed with a server-side dry-run first, so defaulting differences
-  never cause writes.
-- An object annotated ``kfdef.apps.kubeflow.org/reconcile: disabled`` is left
-  alone.
+- ``DELETED`` of an object its KfDef still wants: re-apply that object only,
+  and only if it is still absent (an object someone else re-created meanwhile
+  is theirs: reported, never taken over). Objects inside a Namespace or of a
+  CRD that is itself being deleted cannot come back before their parent; they
+  wait, and the parent's own heal re-creates them once it is back.
+- ``ADDED``/``MODIFIED``/``SYNC`` whose managed fields no longer match the
+  desired state: re-assert them with server-side apply (fields other managers
+  own, such as a user's extra label, stay). A suspicion from the local
+  comparison is confirmed with a server-side dry-run first, so defaulting
+  differences never cause writes.
+- Never healed: objects annotated ``kfdef.apps.kubeflow.org/reconcile:
+  disabled``, run-once objects (Jobs with a TTL) that went away, and
+  everything of a suspended or deleting KfDef.
 - An object healed again and again (someone fights the operator) is backed
-  off exponentially per object and named in the KfDef's Degraded condition.
+  off exponentially per object and named in the KfDef's Degraded condition
+  until the fight has been over for a whole window.
 
+Every heal result goes back into the stack (a healed object counts as applied
+again, a failed heal as failed) and the stack's status is refreshed.
 Bursts (a namespace's worth of deletes) are coalesced into one batch.
 """
 
@@ -27,22 +31,23 @@ import logging
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Callable, Mapping
 
+from kfdef_operator.api.names import RECONCILE_ANNOTATION, RECONCILE_DISABLED
+from kfdef_operator.api.types import JSON
 from kfdef_operator.runtime import metrics
-from kfdef_operator.ssa.manager import FAILED, Outcome
+from kfdef_operator.runtime.events import EventRecorder
+from kfdef_operator.runtime.ownership import opted_out
+from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.ssa.changeset import Action, Change
+from kfdef_operator.ssa.claims import Claim
+from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.drift import comparable, drifted
 from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.client import KubeApiError
-from kfdef_operator.runtime.ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, reconcile_disabled
-from kfdef_operator.runtime.tracker import LiveObject
-
-if TYPE_CHECKING:
-    from kfdef_operator.controller.reconciler import Operator, Stack
+from kfdef_operator.ssa.live import LiveObject, LiveView
+from kfdef_operator.ssa.manager import ResourceManager
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
 
 FIGHT_WINDOW_S = 60.0
 FIGHT_THRESHOLD = 3      # heals of one object within the window before backing off
@@ -50,17 +55,19 @@ MAX_BACKOFF_S = 300.0
 _PARENT_GONE_HINTS = ("being terminated", "is terminating", "not found", "could not find the requested resource",
                       "the server could not find", "not allowed while custom resource definition is terminating")
 
+DELETED, DRIFT = "deleted", "drift"
+
 
 @dataclass
 class _Request:
-    cause: str           # "deleted" | "drift"
+    cause: str           # DELETED | DRIFT
     observed_at: float   # monotonic time the event arrived
-    adopted: bool
+    uid: str = ""        # of the object that was deleted: a live object with another uid is someone else's
     not_before: float = 0.0
 
 
 def fight_backoff(heal_times: deque[float], now: float) -> float:
-    """Delay before the next heal of an object healed at ``heal_times`` (pure)."""
+    """Delay before the next heal of an object healed at ``heal_times`` (pure; drops times past the window)."""
     while heal_times and now - heal_times[0] > FIGHT_WINDOW_S:
         heal_times.popleft()
     excess = len(heal_times) - FIGHT_THRESHOLD
@@ -68,25 +75,41 @@ def fight_backoff(heal_times: deque[float], now: float) -> float:
     return 0.0 if excess < 0 else min(2.0 ** min(excess, 32), MAX_BACKOFF_S)
 
 
-class Healer:
-    """Per-stack queues of objects to put back, drained by one worker task per stack."""
+def _fight_key(ref: ObjectRef) -> str:
+    return f"fight:{ref}"
 
-    def __init__(self, operator: "Operator") -> None:
-        self._op = operator
+
+class Healer:
+    """Per-stack queues of objects to put back, drained by one worker task per stack.
+
+    ``stacks`` is the live registry of stacks by key; ``report(stack)`` is
+    called after every heal result so that the stack's status is refreshed.
+    """
+
+    def __init__(self, kube: KubeClient, manager: ResourceManager, live: LiveView, events: EventRecorder,
+                 stacks: Mapping[tuple[str, str], Stack], report: Callable[[Stack], None]) -> None:
+        self._kube = kube
+        self._manager = manager
+        self._live = live
+        self._events = events
+        self._stacks = stacks
+        self._report = report
         self._pending: dict[tuple[str, str], dict[ObjectRef, _Request]] = defaultdict(dict)
-        self._workers: dict[tuple[str, str], asyncio.Task] = {}
+        self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
         self._history: dict[ObjectRef, deque[float]] = defaultdict(deque)
         self._in_sync: dict[ObjectRef, tuple[str, str]] = {}  # drift suspicions the server disproved
         self._waiting_for_parent: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
-        self._deferred: dict[tuple[str, str], dict[ObjectRef, bool]] = defaultdict(dict)  # ref -> adopted
+        self._deferred: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
+        self._background: set[asyncio.Task[None]] = set()
 
     async def stop(self) -> None:
-        for task in self._workers.values():
+        tasks = [*self._workers.values(), *self._background]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._workers.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def forget(self, stack: "Stack") -> None:
+    async def forget(self, stack: Stack) -> None:
         task = self._workers.pop(stack.key, None)
         if task is not None:
             task.cancel()
@@ -97,38 +120,49 @@ class Healer:
 
     # -- events --------------------------------------------------------------------
 
-    def observe(self, stack: "Stack", event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
-        if reconcile_disabled(live.meta):
+    def observe(self, stack: Stack, event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
+        """Decide whether a watch event about one of the stack's objects calls for a heal."""
+        if stack.suspended or stack.deleting or live.meta["annotations"].get(RECONCILE_ANNOTATION) == RECONCILE_DISABLED:
             return
-        adopted = live.meta["annotations"].get(ADOPTED_ANNOTATION) == "true"
         if event_type == "DELETED":
-            if stack.outcomes:  # before the first apply, the reconcile in progress creates it anyway
-                self._schedule(stack, ref, _Request("deleted", time.monotonic(), adopted))
+            if ref in stack.run_once:
+                return  # meant to go away (a finished Job's TTL): never re-created
+            if stack.changes:  # before the first apply, the reconcile in progress creates it anyway
+                self._schedule(stack, ref, _Request(DELETED, time.monotonic(), live.uid))
             return
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             return
-        desired = self._op.desired_stamped(stack, ref, adopted=adopted)
-        digest_changed = live.digest != desired["metadata"]["annotations"][DIGEST_ANNOTATION]
-        if not stack.outcomes:
+        if stack.owner.claim(obj.get("metadata")) not in (Claim.OURS, Claim.ADOPTED):
+            return
+        desired = self._stamped(stack, ref, adopted=stack.owner.claim(live.meta) is Claim.ADOPTED)
+        digest_changed = not stack.owner.unchanged(live.meta, desired)
+        if not stack.changes:
             # The first listing after a start, while the first apply runs: an object whose digest still
             # matches is skipped by that apply, so a drift made while the operator was down is only
             # caught here. Check it once the apply is done.
             if not digest_changed and drifted(desired, obj):
-                self._deferred[stack.key][ref] = adopted
+                self._deferred[stack.key].add(ref)
             return
         if digest_changed:
-            if stack.outcomes.get(ref) is not None and stack.outcomes[ref].ok:
-                self._schedule(stack, ref, _Request("drift", time.monotonic(), adopted))
+            change = stack.changes.get(ref)
+            if change is not None and change.ok:
+                self._schedule(stack, ref, _Request(DRIFT, time.monotonic()))
             return
         if drifted(desired, obj) and self._in_sync.get(ref) != self._sync_key(obj):
-            self._schedule(stack, ref, _Request("drift", time.monotonic(), adopted))
+            self._schedule(stack, ref, _Request(DRIFT, time.monotonic()))
 
-    def applied(self, stack: "Stack") -> None:
+    def applied(self, stack: Stack) -> None:
         """The stack's apply finished: check the drift suspicions collected meanwhile."""
         now = time.monotonic()
-        for ref, adopted in self._deferred.pop(stack.key, {}).items():
+        for ref in self._deferred.pop(stack.key, set()):
             if ref in stack.desired:
-                self._schedule(stack, ref, _Request("drift", now, adopted))
+                self._schedule(stack, ref, _Request(DRIFT, now))
+
+    @staticmethod
+    def _stamped(stack: Stack, ref: ObjectRef, *, adopted: bool) -> JSON:
+        resource = stack.resources.get(ref)
+        return stack.owner.stamp(stack.desired[ref], namespaced=resource.namespaced if resource else True,
+                                 adopted=adopted)
 
     @staticmethod
     def _sync_key(obj: JSON) -> tuple[str, str]:
@@ -136,20 +170,31 @@ class Healer:
         version = str(meta.get("generation") or meta.get("resourceVersion"))
         return version, repr(sorted((meta.get("labels") or {}).items())) + repr(sorted((meta.get("annotations") or {}).items()))
 
-    def _schedule(self, stack: "Stack", ref: ObjectRef, request: _Request) -> None:
+    def _schedule(self, stack: Stack, ref: ObjectRef, request: _Request) -> None:
         history = self._history[ref]
         delay = fight_backoff(history, request.observed_at)
         if delay:
             request.not_before = request.observed_at + delay
-            stack.problems[f"fight:{ref}"] = (
+            stack.problems[_fight_key(ref)] = (
                 f"{ref} was healed {len(history)} times in {FIGHT_WINDOW_S:.0f}s: something keeps deleting or "
-                f"changing it; backing off {delay:.0f}s. Annotate it kfdef.apps.kubeflow.org/reconcile=disabled "
+                f"changing it; backing off {delay:.0f}s. Annotate it {RECONCILE_ANNOTATION}={RECONCILE_DISABLED} "
                 f"to take it over by hand")
+            # The problem goes once a whole window passes without another heal.
+            asyncio.get_running_loop().call_later(delay + FIGHT_WINDOW_S, self._fight_over, stack.key, ref)
+            self._report(stack)
         self._pending[stack.key].setdefault(ref, request)
         self._wake.setdefault(stack.key, asyncio.Event()).set()
         worker = self._workers.get(stack.key)
         if worker is None or worker.done():
             self._workers[stack.key] = asyncio.create_task(self._work(stack.key), name=f"heal {stack.key}")
+
+    def _fight_over(self, key: tuple[str, str], ref: ObjectRef) -> None:
+        stack = self._stacks.get(key)
+        if stack is None or _fight_key(ref) not in stack.problems:
+            return
+        if fight_backoff(self._history[ref], time.monotonic()) == 0.0:
+            del stack.problems[_fight_key(ref)]
+            self._report(stack)
 
     # -- worker --------------------------------------------------------------------
 
@@ -164,10 +209,11 @@ class Healer:
             for ref in due:
                 pending.pop(ref, None)
             if due:
-                stack = self._op.stacks.get(key)
-                if stack is None or stack.deleting:
+                stack = self._stacks.get(key)
+                if stack is None or stack.deleting or stack.suspended:
                     return
                 await self._heal_batch(stack, due)
+                self._report(stack)
                 continue
             if not pending:
                 return
@@ -177,69 +223,83 @@ class Healer:
             except asyncio.TimeoutError:
                 pass
 
-    async def _heal_batch(self, stack: "Stack", due: dict[ObjectRef, _Request]) -> None:
+    async def _heal_batch(self, stack: Stack, due: dict[ObjectRef, _Request]) -> None:
         parents = {ref: req for ref, req in due.items() if ref.kind in ("Namespace", "CustomResourceDefinition")}
         children = {ref: req for ref, req in due.items() if ref not in parents}
         await asyncio.gather(*(self._heal(stack, ref, req) for ref, req in parents.items()))
         await asyncio.gather(*(self._heal(stack, ref, req) for ref, req in children.items()))
 
-    async def _heal(self, stack: "Stack", ref: ObjectRef, request: _Request) -> Outcome | None:
-        if ref not in stack.desired or stack.deleting:
-            return None
+    async def _heal(self, stack: Stack, ref: ObjectRef, request: _Request) -> None:
         resource = stack.resources.get(ref)
-        if resource is None:
-            return None
-        desired = self._op.desired_stamped(stack, ref, adopted=request.adopted)
-        kube, engine = self._op.kube, self._op.engine
+        if ref not in stack.desired or resource is None or stack.deleting or stack.suspended:
+            return
         try:
-            if request.cause == "drift":
-                live = await kube.get(resource.path_of(ref))
-                if live is None:
-                    request.cause = "deleted"
-                elif ((live["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION)
-                      == desired["metadata"]["annotations"][DIGEST_ANNOTATION]):
-                    dry, _, _ = await engine.server_side_apply(ref, desired, resource, dry_run=True)
-                    if comparable(dry) == comparable(live):
-                        self._in_sync[ref] = self._sync_key(live)
-                        return None
-            applied, _, _ = await engine.server_side_apply(ref, desired, resource)
+            live = await self._kube.get(resource.path_of(ref))
+            meta = (live.get("metadata") or {}) if live is not None else None
+            claim = stack.owner.claim(meta)
+            # An object that lost our stamps is still ours if it is the very object we applied (same uid);
+            # one someone else created after ours was deleted is theirs: never stamped or overwritten.
+            reclaimed = claim is Claim.UNCLAIMED and bool(request.uid) and (meta or {}).get("uid") == request.uid
+            if live is not None and (opted_out(meta) or claim is Claim.FOREIGN
+                                     or (claim is Claim.UNCLAIMED and not reclaimed)):
+                if request.cause == DELETED and not opted_out(meta):
+                    stack.record_heal(Change(ref, Action.CONFLICT, "deleted, then created again by someone else; "
+                                                                   "left alone (delete it to let the stack re-create it)"))
+                return
+            if live is None and ref in stack.run_once:
+                return
+            desired = self._stamped(stack, ref, adopted=claim is Claim.ADOPTED)
+            cause = DELETED if live is None else DRIFT
+            if live is not None and cause == DRIFT and stack.owner.unchanged(live["metadata"], desired):
+                dry, _, _ = await self._manager.server_side_apply(ref, desired, resource, stack.owner.field_manager,
+                                                                  dry_run=True)
+                if comparable(dry) == comparable(live):
+                    self._in_sync[ref] = self._sync_key(live)
+                    return
+            applied, created, _ = await self._manager.server_side_apply(ref, desired, resource,
+                                                                        stack.owner.field_manager)
         except KubeApiError as error:
-            return await self._heal_failed(stack, ref, request, error)
+            await self._heal_failed(stack, ref, request, error)
+            return
         elapsed = time.monotonic() - request.observed_at
         self._history[ref].append(time.monotonic())
-        metrics.HEALS.inc(request.cause)
+        metrics.HEALS.labels(cause).inc()
         metrics.HEAL_SECONDS.observe(elapsed)
-        verb = "re-created" if request.cause == "deleted" else "re-asserted managed fields of"
-        log.info("healed %s: %s in %.0f ms", ref, verb, elapsed * 1000)
-        asyncio.create_task(self._op.events.record_for(
-            stack.owner, "Normal", "Healed", f"{verb} {ref} ({request.cause}) in {elapsed * 1000:.0f} ms"))
-        outcome = Outcome(ref, "created", live=applied)
+        verb = "re-created" if cause == DELETED else "re-asserted the managed fields of"
+        log.info("healed %s of %s: %s it in %.0f ms", ref, stack.owner, verb, elapsed * 1000)
+        change = Change(ref, Action.CREATED if created else Action.CONFIGURED, live=applied)
+        stack.record_heal(change)
+        self._post(stack, "Normal", "Healed", f"{verb} {ref} ({cause}) in {elapsed * 1000:.0f} ms")
         if ref.kind == "Namespace":
             await self._sweep(stack, lambda r: r.namespace == ref.name)
         elif ref.kind == "CustomResourceDefinition":
-            await self._op.engine.wait_established(outcome)
+            await self._manager.wait_established(change)
             spec = applied.get("spec") or {}
             kind = (spec.get("names") or {}).get("kind")
             await self._sweep(stack, lambda r: r.group == spec.get("group") and r.kind == kind)
-        return outcome
 
-    async def _heal_failed(self, stack: "Stack", ref: ObjectRef, request: _Request, error: KubeApiError) -> None:
+    def _post(self, stack: Stack, event_type: str, reason: str, message: str) -> None:
+        """Post an event without holding up the heal."""
+        task = asyncio.create_task(self._events.record(stack.owner, event_type, reason, message))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _heal_failed(self, stack: Stack, ref: ObjectRef, request: _Request, error: KubeApiError) -> None:
         text = error.message.lower()
         parent_gone = any(hint in text for hint in _PARENT_GONE_HINTS) or error.status in (404, 405)
         if parent_gone and self._parent_in_stack(stack, ref):
             # The parent Namespace or CRD is going away; its own heal brings this back.
             self._waiting_for_parent[stack.key].add(ref)
             log.debug("heal of %s waits for its parent: %s", ref, error.message)
-            return None
-        log.warning("heal of %s failed: %s", ref, error)
-        stack.outcomes[ref] = Outcome(ref, FAILED, f"heal failed: {error.message}")
+            return
+        log.warning("heal of %s of %s failed (retrying with backoff): %s", ref, stack.owner, error)
+        stack.record_heal(Change(ref, Action.FAILED, f"heal failed: {describe_api_error(error)}"))
         self._history[ref].append(time.monotonic())
         request.observed_at = time.monotonic()
         self._schedule(stack, ref, request)
-        return None
 
     @staticmethod
-    def _parent_in_stack(stack: "Stack", ref: ObjectRef) -> bool:
+    def _parent_in_stack(stack: Stack, ref: ObjectRef) -> bool:
         """Whether the Namespace or CRD this object lives in is one the stack itself re-creates.
 
         Only then is waiting for the parent's heal right; a parent outside the
@@ -252,12 +312,12 @@ class Healer:
                    and ((stack.desired[parent].get("spec") or {}).get("names") or {}).get("kind") == ref.kind
                    for parent in stack.desired)
 
-    async def _sweep(self, stack: "Stack", belongs) -> None:
+    async def _sweep(self, stack: Stack, belongs: Callable[[ObjectRef], bool]) -> None:
         """Re-apply the children of a re-created parent that are missing."""
         waiting = self._waiting_for_parent.get(stack.key, set())
         missing = [ref for ref in stack.desired
-                   if belongs(ref) and (ref in waiting or self._op.tracker.get(ref) is None)]
+                   if belongs(ref) and (ref in waiting or self._live.get(ref) is None)]
         for ref in missing:
             waiting.discard(ref)
         now = time.monotonic()
-        await asyncio.gather(*(self._heal(stack, ref, _Request("deleted", now, False)) for ref in missing))
+        await asyncio.gather(*(self._heal(stack, ref, _Request(DELETED, now)) for ref in missing))

@@ -21,37 +21,54 @@ at prune and teardown.
 
 from __future__ import annotations
 
-import base64
 import copy
-import enum
 import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
-JSON = dict[str, Any]
-
-INSTANCE_ANNOTATION = "kfctl.kubeflow.io/kfdef-instance"
-INSTANCE_LABEL = "kfdef.apps.kubeflow.org/instance"
-DIGEST_ANNOTATION = "kfdef.apps.kubeflow.org/digest"
-ADOPTED_ANNOTATION = "kfdef.apps.kubeflow.org/adopted"
-RECONCILE_ANNOTATION = "kfdef.apps.kubeflow.org/reconcile"
-RECONCILE_DISABLED = "disabled"
-RECREATE_ANNOTATION = "kfdef.apps.kubeflow.org/recreate"
-FIELD_MANAGER = "kfdef-operator"
-KFDEF_API_VERSION = "kfdef.apps.kubeflow.org/v1"
+from kfdef_operator.api.names import (ADOPTED_ANNOTATION, API_VERSION, DIGEST_ANNOTATION, FIELD_MANAGER,
+                                      INSTANCE_ANNOTATION, INSTANCE_LABEL, KIND, RECONCILE_ANNOTATION,
+                                      RECONCILE_DISABLED)
+from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa.claims import Claim
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+#: The stamps and markers the watch cache keeps of every object (see runtime.tracker).
+KEPT_LABELS = (INSTANCE_LABEL,)
+KEPT_ANNOTATIONS = (INSTANCE_ANNOTATION, DIGEST_ANNOTATION, ADOPTED_ANNOTATION, RECONCILE_ANNOTATION)
+
+
+def digest(obj: JSON) -> str:
+    """A short stable digest of an object's desired content."""
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def parse_instance(value: str) -> tuple[str, str]:
+    """The kfctl annotation value split into (name, namespace) on the last dot."""
+    name, _, namespace = value.rpartition(".")
+    return name, namespace
+
+
+def opted_out(meta: JSON | None) -> bool:
+    """A person annotated the object ``reconcile: disabled``: no apply, heal or delete."""
+    return ((meta or {}).get("annotations") or {}).get(RECONCILE_ANNOTATION) == RECONCILE_DISABLED
 
 
 @dataclass(frozen=True)
 class Owner:
-    """The KfDef that applies a stack."""
+    """The KfDef that applies a stack, and its stamps (implements :class:`kfdef_operator.ssa.claims.Ownership`)."""
 
     name: str
     namespace: str
     uid: str
+
+    field_manager = FIELD_MANAGER
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
 
     @property
     def instance(self) -> str:
@@ -64,100 +81,68 @@ class Owner:
         value = f"{self.namespace}.{self.name}"
         if _LABEL_VALUE.match(value):
             return value
-        digest = hashlib.sha256(value.encode()).hexdigest()[:12]
-        return f"{value[:40].strip('.-_')}-{digest}"
+        hashed = hashlib.sha256(value.encode()).hexdigest()[:12]
+        return f"{value[:40].strip('.-_')}-{hashed}"
 
     @property
     def selector(self) -> str:
         return f"{INSTANCE_LABEL}={self.label}"
 
+    def __str__(self) -> str:
+        return f"KfDef {self.namespace}/{self.name}"
 
-def parse_instance(value: str) -> tuple[str, str]:
-    """The kfctl annotation value split into (name, namespace) on the last dot."""
-    name, _, namespace = value.rpartition(".")
-    return name, namespace
+    def claim(self, live_meta: JSON | None) -> Claim:
+        """Classify a live object's metadata (None when absent)."""
+        if live_meta is None:
+            return Claim.ABSENT
+        annotations = live_meta.get("annotations") or {}
+        labels = live_meta.get("labels") or {}
+        instance = annotations.get(INSTANCE_ANNOTATION)
+        label = labels.get(INSTANCE_LABEL)
+        if instance is None and label is None:
+            return Claim.UNCLAIMED
+        if instance not in (None, self.instance) or label not in (None, self.label):
+            return Claim.FOREIGN
+        return Claim.ADOPTED if annotations.get(ADOPTED_ANNOTATION) == "true" else Claim.OURS
 
+    def holder(self, live_meta: JSON) -> str:
+        instance = (live_meta.get("annotations") or {}).get(INSTANCE_ANNOTATION)
+        if instance:
+            name, namespace = parse_instance(instance)
+            return f"KfDef {namespace}/{name}"
+        return f"the KfDef labelled {(live_meta.get('labels') or {}).get(INSTANCE_LABEL)}"
 
-class Claim(enum.Enum):
-    """Who holds a live object, from the point of view of one KfDef."""
+    def stamp(self, obj: JSON, *, namespaced: bool, adopted: bool) -> JSON:
+        """The object as this KfDef applies it: ownership label, annotations, ownerReference, digest.
 
-    ABSENT = "absent"
-    OURS = "ours"          # created by this KfDef
-    ADOPTED = "adopted"    # existed before; applied by this KfDef, never deleted by it
-    UNCLAIMED = "unclaimed"  # exists, no KfDef's stamp: adopt on apply
-    FOREIGN = "foreign"    # another KfDef's: a conflict, left alone
+        ``obj`` must already be normalised (``ssa.normalize``); it is not modified.
+        """
+        out = copy.deepcopy(obj)
+        meta = out.setdefault("metadata", {})
+        meta.setdefault("labels", {})[INSTANCE_LABEL] = self.label
+        annotations = meta.setdefault("annotations", {})
+        annotations[INSTANCE_ANNOTATION] = self.instance
+        if adopted:
+            annotations[ADOPTED_ANNOTATION] = "true"
+        elif namespaced and meta.get("namespace") == self.namespace and self.uid:
+            refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != self.uid]
+            refs.append({"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "uid": self.uid,
+                         "blockOwnerDeletion": False, "controller": False})
+            meta["ownerReferences"] = refs
+        annotations.pop(DIGEST_ANNOTATION, None)
+        annotations[DIGEST_ANNOTATION] = digest(out)
+        return out
 
+    def unchanged(self, live_meta: JSON, stamped: JSON) -> bool:
+        live_digest = (live_meta.get("annotations") or {}).get(DIGEST_ANNOTATION)
+        return live_digest is not None and live_digest == stamped["metadata"]["annotations"][DIGEST_ANNOTATION]
 
-def claim_of(meta: JSON | None, owner: Owner) -> Claim:
-    """Classify a live object's metadata (None when absent)."""
-    if meta is None:
-        return Claim.ABSENT
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    instance = annotations.get(INSTANCE_ANNOTATION)
-    label = labels.get(INSTANCE_LABEL)
-    if instance is None and label is None:
-        return Claim.UNCLAIMED
-    if instance not in (None, owner.instance) or label not in (None, owner.label):
-        return Claim.FOREIGN
-    return Claim.ADOPTED if annotations.get(ADOPTED_ANNOTATION) == "true" else Claim.OURS
+    def opted_out(self, live_meta: JSON | None) -> bool:
+        return opted_out(live_meta)
 
-
-def normalize(obj: JSON) -> JSON:
-    """A rendered object made fit for server-side apply (a copy).
-
-    Drops ``status`` and server-populated metadata, and turns Secret
-    ``stringData`` into ``data`` so that the live object compares equal.
-    """
-    out = copy.deepcopy(obj)
-    out.pop("status", None)
-    meta = out.setdefault("metadata", {})
-    for key in ("creationTimestamp", "resourceVersion", "uid", "generation", "managedFields", "selfLink"):
-        meta.pop(key, None)
-    if out.get("kind") == "Secret" and out.get("apiVersion") == "v1" and out.get("stringData"):
-        data = out.setdefault("data", {}) or {}
-        for key, value in out.pop("stringData").items():
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        out["data"] = data
-    return out
-
-
-def digest(obj: JSON) -> str:
-    """A short stable digest of an object's desired content."""
-    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def stamp(obj: JSON, owner: Owner, *, namespaced: bool, adopted: bool) -> JSON:
-    """The object as this KfDef applies it: ownership label, annotations, ownerReference, digest.
-
-    ``obj`` must already be :func:`normalize`-d; it is not modified.
-    """
-    out = copy.deepcopy(obj)
-    meta = out.setdefault("metadata", {})
-    meta.setdefault("labels", {})[INSTANCE_LABEL] = owner.label
-    annotations = meta.setdefault("annotations", {})
-    annotations[INSTANCE_ANNOTATION] = owner.instance
-    if adopted:
-        annotations[ADOPTED_ANNOTATION] = "true"
-    elif namespaced and meta.get("namespace") == owner.namespace and owner.uid:
-        refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner.uid]
-        refs.append({"apiVersion": KFDEF_API_VERSION, "kind": "KfDef", "name": owner.name, "uid": owner.uid,
-                     "blockOwnerDeletion": False, "controller": False})
-        meta["ownerReferences"] = refs
-    annotations.pop(DIGEST_ANNOTATION, None)
-    annotations[DIGEST_ANNOTATION] = digest(out)
-    return out
-
-
-def release_patch() -> JSON:
-    """A JSON merge patch removing this operator's stamps from an adopted object."""
-    return {"metadata": {
-        "labels": {INSTANCE_LABEL: None},
-        "annotations": {INSTANCE_ANNOTATION: None, DIGEST_ANNOTATION: None, ADOPTED_ANNOTATION: None},
-    }}
-
-
-def reconcile_disabled(meta: JSON | None) -> bool:
-    """The object opts out of healing and drift correction."""
-    return ((meta or {}).get("annotations") or {}).get(RECONCILE_ANNOTATION) == RECONCILE_DISABLED
+    def release_patch(self) -> JSON:
+        """A JSON merge patch removing this operator's stamps (the object itself is kept)."""
+        return {"metadata": {
+            "labels": {INSTANCE_LABEL: None},
+            "annotations": {INSTANCE_ANNOTATION: None, DIGEST_ANNOTATION: None, ADOPTED_ANNOTATION: None},
+        }}

@@ -17,59 +17,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
-from kfdef_operator.ssa import health
-from kfdef_operator.ssa.discovery import Resource
-from kfdef_operator.ssa.inventory import ObjectRef, ref_of, version_of
+from kfdef_operator.api.names import INSTANCE_LABEL
+from kfdef_operator.api.types import JSON
+from kfdef_operator.runtime.ownership import KEPT_ANNOTATIONS, KEPT_LABELS
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
-from kfdef_operator.runtime.ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL, RECONCILE_ANNOTATION
+from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of
+from kfdef_operator.ssa.live import LiveObject, summarize
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
-Listener = Callable[[str, ObjectRef, "LiveObject", JSON | None], None]
+Listener = Callable[[str, ObjectRef, LiveObject, JSON | None], None]
 
-_KEPT_ANNOTATIONS = (INSTANCE_ANNOTATION, DIGEST_ANNOTATION, ADOPTED_ANNOTATION, RECONCILE_ANNOTATION)
 _WATCH_TIMEOUT_S = 290
 
 
-@dataclass(frozen=True)
-class LiveObject:
-    """What the operator remembers of a live stamped object."""
-
-    ref: ObjectRef
-    version: str
-    uid: str
-    resource_version: str
-    meta: JSON  # labels/annotations of interest only, shaped like metadata for ownership.claim_of
-    health: health.Health
-
-    @property
-    def instance_label(self) -> str | None:
-        return self.meta["labels"].get(INSTANCE_LABEL)
-
-    @property
-    def digest(self) -> str | None:
-        return self.meta["annotations"].get(DIGEST_ANNOTATION)
-
-
-def summarize(obj: JSON) -> LiveObject:
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    return LiveObject(
-        ref=ref_of(obj), version=version_of(obj), uid=meta.get("uid", ""),
-        resource_version=meta.get("resourceVersion", ""),
-        meta={"labels": {INSTANCE_LABEL: labels[INSTANCE_LABEL]} if INSTANCE_LABEL in labels else {},
-              "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations}},
-        health=health.assess(obj),
-    )
+def instance_label(live: LiveObject) -> str | None:
+    """The owning KfDef's label value on a tracked object."""
+    return live.meta["labels"].get(INSTANCE_LABEL)
 
 
 class Tracker:
-    """Watches of stamped objects, one per resource kind."""
+    """Watches of stamped objects, one per resource kind (implements :class:`kfdef_operator.ssa.live.LiveView`)."""
 
     def __init__(self, kube: KubeClient, listener: Listener) -> None:
         self._kube = kube
@@ -124,7 +95,7 @@ class Tracker:
     # -- watch loop ----------------------------------------------------------------
 
     def _dispatch(self, event_type: str, obj: JSON) -> None:
-        live = summarize(obj)
+        live = summarize(obj, labels=KEPT_LABELS, annotations=KEPT_ANNOTATIONS)
         if event_type == "DELETED":
             self._objects.pop(live.ref, None)
         else:
@@ -134,9 +105,25 @@ class Tracker:
         except Exception:  # a listener bug must not kill the watch
             log.exception("event listener failed for %s %s", event_type, live.ref)
 
-    async def _relist(self, resource: Resource) -> str:
-        listing = await self._kube.request(
-            "GET", resource.collection_path(), params={"labelSelector": INSTANCE_LABEL})
+    async def resync(self, owner_label: str, resources: Iterable[Resource]) -> None:
+        """List one owner's objects of these kinds again and hand every one to the listener as ``SYNC``.
+
+        Catches what no watch event showed (drift the operator never saw change) at the cost of one LIST per
+        kind; unchanged objects cost the listener a local comparison only. Objects of the owner that are gone
+        are reported ``DELETED``.
+        """
+        for resource in resources:
+            if self.is_watched(resource.group, resource.kind):
+                await self._relist(resource, owner_label=owner_label)
+
+    async def _relist(self, resource: Resource, *, owner_label: str | None = None) -> str:
+        """List a kind (all stamped objects, or one owner's) and reconcile the cache with what is there.
+
+        Changed objects are dispatched ``ADDED``/``MODIFIED``, vanished ones ``DELETED``; with ``owner_label``
+        unchanged ones too, as ``SYNC``.
+        """
+        selector = INSTANCE_LABEL if owner_label is None else f"{INSTANCE_LABEL}={owner_label}"
+        listing = await self._kube.request("GET", resource.collection_path(), params={"labelSelector": selector})
         seen = set()
         for item in listing.get("items") or []:
             item.setdefault("apiVersion", resource.api_version)
@@ -144,15 +131,22 @@ class Tracker:
             ref = ref_of(item)
             seen.add(ref)
             previous = self._objects.get(ref)
-            if previous is None or previous.resource_version != item["metadata"].get("resourceVersion"):
-                self._dispatch("ADDED" if previous is None else "MODIFIED", item)
+            if previous is None:
+                self._dispatch("ADDED", item)
+            elif previous.resource_version != item["metadata"].get("resourceVersion"):
+                self._dispatch("MODIFIED", item)
+            elif owner_label is not None:
+                self._dispatch("SYNC", item)
         # Objects that vanished while no watch was open.
         for ref, live in list(self._objects.items()):
-            if ref.group == resource.group and ref.kind == resource.kind and ref not in seen:
-                gone = {"apiVersion": resource.api_version, "kind": resource.kind,
-                        "metadata": {"name": ref.name, "namespace": ref.namespace or None, "uid": live.uid,
-                                     "labels": live.meta["labels"], "annotations": live.meta["annotations"]}}
-                self._dispatch("DELETED", gone)
+            if (ref.group, ref.kind) != (resource.group, resource.kind) or ref in seen:
+                continue
+            if owner_label is not None and instance_label(live) != owner_label:
+                continue
+            gone = {"apiVersion": resource.api_version, "kind": resource.kind,
+                    "metadata": {"name": ref.name, "namespace": ref.namespace or None, "uid": live.uid,
+                                 "labels": live.meta["labels"], "annotations": live.meta["annotations"]}}
+            self._dispatch("DELETED", gone)
         return (listing.get("metadata") or {}).get("resourceVersion", "")
 
     async def _run(self, resource: Resource) -> None:

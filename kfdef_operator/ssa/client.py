@@ -22,8 +22,8 @@ from urllib.parse import urlencode
 import aiohttp
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
+from kfdef_operator.api.types import JSON
 
-JSON = dict[str, Any]
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _MAX_ATTEMPTS = 8
@@ -59,6 +59,13 @@ class KubeApiError(Exception):
     @property
     def causes(self) -> list[JSON]:
         return (self.body.get("details") or {}).get("causes") or []
+
+
+def describe_api_error(error: KubeApiError) -> str:
+    """One line a person on call can act on: status, reason, message and the first causes."""
+    causes = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}".strip(": ") for c in error.causes[:3])
+    extra = f" ({causes})" if causes and causes not in error.message else ""
+    return f"{error.status} {error.reason or ''}: {error.message}{extra}".strip()
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any
 
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.api.types import JSON
 
-JSON = dict[str, Any]
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 _MIN_REFRESH_INTERVAL_S = 1.0

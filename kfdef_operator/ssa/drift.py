@@ -10,8 +10,8 @@ suspicion with a server-side dry-run before writing anything.
 from __future__ import annotations
 
 from typing import Any
+from kfdef_operator.api.types import JSON
 
-JSON = dict[str, Any]
 
 _IGNORED_METADATA = frozenset({
     "creationTimestamp", "resourceVersion", "uid", "generation", "managedFields", "selfLink",

@@ -11,8 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Any, Callable
-
-JSON = dict[str, Any]
+from kfdef_operator.api.types import JSON
 
 
 class State(enum.Enum):

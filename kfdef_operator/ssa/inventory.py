@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterable
-
-JSON = dict[str, Any]
+from kfdef_operator.api.types import JSON
 
 
 @dataclass(frozen=True, order=True)

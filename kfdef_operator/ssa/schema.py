@@ -10,8 +10,8 @@ reports what it dropped.
 from __future__ import annotations
 
 from typing import Any
+from kfdef_operator.api.types import JSON
 
-JSON = dict[str, Any]
 
 _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 

@@ -105,7 +105,7 @@ def test_two_kfdefs_claiming_one_object_conflict_and_neither_deletes_it(operator
     wait_ready(kube, "first", kfdef_namespace)
     kube.apply(stack.kfdef("second", kfdef_namespace))
     status = wait_condition_reason(kube, "second", kfdef_namespace, "Degraded", "True", "ApplyFailed")["status"]
-    assert any("already managed by KfDef first." in f["message"] for f in status["failures"])
+    assert any(f"already managed by KfDef {kfdef_namespace}/first" in f["message"] for f in status["failures"])
     # The first one is untouched and still Ready.
     deployment = kube.get("apps/v1", "Deployment", "operator", stack.namespace)
     assert deployment["metadata"]["annotations"][INSTANCE_ANNOTATION] == f"first.{kfdef_namespace}"

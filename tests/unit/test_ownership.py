@@ -10,22 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfdef_operator.runtime.ownership import (
+from kfdef_operator.api.names import (
     ADOPTED_ANNOTATION,
     DIGEST_ANNOTATION,
     INSTANCE_ANNOTATION,
     INSTANCE_LABEL,
-    KFDEF_API_VERSION,
-    Claim,
-    Owner,
-    claim_of,
-    digest,
-    normalize,
-    parse_instance,
-    reconcile_disabled,
-    release_patch,
-    stamp,
 )
+from kfdef_operator.api.names import API_VERSION as KFDEF_API_VERSION
+from kfdef_operator.runtime.ownership import Owner, digest, opted_out, parse_instance
+from kfdef_operator.ssa.claims import Claim
+from kfdef_operator.ssa.normalize import normalize
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # apimachinery IsValidLabelValue
 OWNER = Owner("kubeflow", "kubeflow-system", "uid-1")
@@ -43,7 +37,7 @@ def configmap(namespace: str | None = "kubeflow-system", **meta) -> dict:
 
 
 def merge_patch(target, patch):
-    """RFC 7386 JSON merge patch, as the API server applies release_patch()."""
+    """RFC 7386 JSON merge patch, as the API server applies OWNER.release_patch()."""
     if not isinstance(patch, dict):
         return patch
     result = dict(target) if isinstance(target, dict) else {}
@@ -137,13 +131,13 @@ def test_parse_instance_inverts_instance(name, namespace):
       "annotations": {INSTANCE_ANNOTATION: OTHER.instance, ADOPTED_ANNOTATION: "true"}}, Claim.FOREIGN),
 ])
 def test_claim_of(meta, claim):
-    assert claim_of(meta, OWNER) is claim
+    assert OWNER.claim(meta) is claim
 
 
 def test_claim_of_a_stamped_object_is_ours_or_adopted():
-    assert claim_of(stamp(configmap(), OWNER, namespaced=True, adopted=False)["metadata"], OWNER) is Claim.OURS
-    assert claim_of(stamp(configmap(), OWNER, namespaced=True, adopted=True)["metadata"], OWNER) is Claim.ADOPTED
-    assert claim_of(stamp(configmap(), OWNER, namespaced=True, adopted=False)["metadata"], OTHER) is Claim.FOREIGN
+    assert OWNER.claim(OWNER.stamp(configmap(), namespaced=True, adopted=False)["metadata"]) is Claim.OURS
+    assert OWNER.claim(OWNER.stamp(configmap(), namespaced=True, adopted=True)["metadata"]) is Claim.ADOPTED
+    assert OTHER.claim(OWNER.stamp(configmap(), namespaced=True, adopted=False)["metadata"]) is Claim.FOREIGN
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -155,7 +149,7 @@ def owner_refs(obj: dict) -> list[dict]:
 
 
 def test_stamp_adds_label_annotations_and_digest():
-    stamped = stamp(configmap(labels={"app": "x"}, annotations={"note": "y"}), OWNER, namespaced=True, adopted=False)
+    stamped = OWNER.stamp(configmap(labels={"app": "x"}, annotations={"note": "y"}), namespaced=True, adopted=False)
     meta = stamped["metadata"]
     assert meta["labels"] == {"app": "x", INSTANCE_LABEL: OWNER.label}
     assert meta["annotations"]["note"] == "y"
@@ -165,7 +159,7 @@ def test_stamp_adds_label_annotations_and_digest():
 
 
 def test_stamp_sets_owner_reference_on_same_namespace_objects_it_creates():
-    stamped = stamp(configmap(), OWNER, namespaced=True, adopted=False)
+    stamped = OWNER.stamp(configmap(), namespaced=True, adopted=False)
     assert owner_refs(stamped) == [{"apiVersion": KFDEF_API_VERSION, "kind": "KfDef", "name": "kubeflow",
                                     "uid": "uid-1", "blockOwnerDeletion": False, "controller": False}]
 
@@ -179,41 +173,41 @@ def test_stamp_sets_owner_reference_on_same_namespace_objects_it_creates():
     ("owner without uid", configmap(), True, False, Owner("kubeflow", "kubeflow-system", "")),
 ])
 def test_stamp_sets_no_owner_reference(case, obj, namespaced, adopted, owner):
-    assert owner_refs(stamp(obj, owner, namespaced=namespaced, adopted=adopted)) == [], case
+    assert owner_refs(owner.stamp(obj, namespaced=namespaced, adopted=adopted)) == [], case
 
 
 def test_stamp_marks_adopted_objects():
-    stamped = stamp(configmap(), OWNER, namespaced=True, adopted=True)
+    stamped = OWNER.stamp(configmap(), namespaced=True, adopted=True)
     assert stamped["metadata"]["annotations"][ADOPTED_ANNOTATION] == "true"
     assert stamped["metadata"]["labels"][INSTANCE_LABEL] == OWNER.label
 
 
 def test_stamp_keeps_other_owner_references_and_does_not_duplicate_ours():
     foreign = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": "uid-x"}
-    once = stamp(configmap(ownerReferences=[foreign]), OWNER, namespaced=True, adopted=False)
-    twice = stamp(once, OWNER, namespaced=True, adopted=False)
+    once = OWNER.stamp(configmap(ownerReferences=[foreign]), namespaced=True, adopted=False)
+    twice = OWNER.stamp(once, namespaced=True, adopted=False)
     assert [r["uid"] for r in owner_refs(twice)] == ["uid-x", "uid-1"]
 
 
 def test_stamp_does_not_mutate_its_input():
     original = configmap(labels={"app": "x"}, ownerReferences=[{"uid": "uid-x"}])
     pristine = copy.deepcopy(original)
-    stamp(original, OWNER, namespaced=True, adopted=True)
-    stamp(original, OWNER, namespaced=True, adopted=False)
+    OWNER.stamp(original, namespaced=True, adopted=True)
+    OWNER.stamp(original, namespaced=True, adopted=False)
     assert original == pristine
 
 
 def test_stamp_is_idempotent():
-    once = stamp(configmap(), OWNER, namespaced=True, adopted=False)
-    assert stamp(once, OWNER, namespaced=True, adopted=False) == once
+    once = OWNER.stamp(configmap(), namespaced=True, adopted=False)
+    assert OWNER.stamp(once, namespaced=True, adopted=False) == once
 
 
 def test_digest_ignores_key_order():
     a = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "n"}, "data": {"a": "1", "b": "2"}}
     b = {"data": {"b": "2", "a": "1"}, "metadata": {"namespace": "n", "name": "x"}, "kind": "ConfigMap", "apiVersion": "v1"}
     assert digest(a) == digest(b)
-    stamped_a = stamp(a, OWNER, namespaced=True, adopted=False)
-    stamped_b = stamp(b, OWNER, namespaced=True, adopted=False)
+    stamped_a = OWNER.stamp(a, namespaced=True, adopted=False)
+    stamped_b = OWNER.stamp(b, namespaced=True, adopted=False)
     assert stamped_a["metadata"]["annotations"][DIGEST_ANNOTATION] == stamped_b["metadata"]["annotations"][DIGEST_ANNOTATION]
 
 
@@ -230,13 +224,13 @@ def test_digest_changes_with_content(change):
     assert digest(original) != digest(changed)
 
     def digest_of(obj):
-        return stamp(obj, OWNER, namespaced=True, adopted=False)["metadata"]["annotations"][DIGEST_ANNOTATION]
+        return OWNER.stamp(obj, namespaced=True, adopted=False)["metadata"]["annotations"][DIGEST_ANNOTATION]
     assert digest_of(original) != digest_of(changed)
 
 
 def test_digest_depends_on_adoption_and_owner():
     def digest_of(owner, adopted):
-        return stamp(configmap(), owner, namespaced=True, adopted=adopted)["metadata"]["annotations"][DIGEST_ANNOTATION]
+        return owner.stamp(configmap(), namespaced=True, adopted=adopted)["metadata"]["annotations"][DIGEST_ANNOTATION]
     assert len({digest_of(OWNER, False), digest_of(OWNER, True), digest_of(OTHER, False)}) == 3
 
 
@@ -289,11 +283,11 @@ def test_normalize_does_not_mutate_and_adds_missing_metadata():
 
 
 def test_release_patch_removes_our_stamps_and_keeps_the_rest():
-    stamped = stamp(configmap(labels={"app": "x"}, annotations={"note": "y"}), OWNER, namespaced=True, adopted=True)
-    released = merge_patch(stamped, release_patch())
+    stamped = OWNER.stamp(configmap(labels={"app": "x"}, annotations={"note": "y"}), namespaced=True, adopted=True)
+    released = merge_patch(stamped, OWNER.release_patch())
     assert released["metadata"]["labels"] == {"app": "x"}
     assert released["metadata"]["annotations"] == {"note": "y"}
-    assert claim_of(released["metadata"], OWNER) is Claim.UNCLAIMED
+    assert OWNER.claim(released["metadata"]) is Claim.UNCLAIMED
     assert released["data"] == stamped["data"]
 
 
@@ -302,5 +296,5 @@ def test_release_patch_removes_our_stamps_and_keeps_the_rest():
     ({"annotations": {"kfdef.apps.kubeflow.org/reconcile": "disabled"}}, True),
     ({"annotations": {"kfdef.apps.kubeflow.org/reconcile": "enabled"}}, False),
 ])
-def test_reconcile_disabled(meta, disabled):
-    assert reconcile_disabled(meta) is disabled
+def test_opted_out(meta, disabled):
+    assert opted_out(meta) is disabled

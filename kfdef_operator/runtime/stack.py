@@ -1,0 +1,132 @@
+"""One KfDef's stack as the operator knows it: what it wants, what happened, what is wrong.
+
+A :class:`Stack` is the one place every step reports into: the reconcile
+pipeline (its step, failure and per-object changes), the healer (heal results
+and fights) and teardown. The status writer computes the KfDef's status from
+it, so status always says what the stack's results say, for the generation
+they belong to.
+
+It is a cache: everything needed to rebuild it lives in the API server (the
+KfDef, its status inventory, the stamps on objects) and the sources.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kfdef_operator.api.types import JSON
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
+from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.ssa.inventory import ObjectRef, parse_id
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a generation could not be applied (or torn down): a condition reason and a message for people."""
+
+    reason: str
+    message: str
+    retrying: bool
+
+
+@dataclass
+class InventoryEntry:
+    """One ``status.inventory.entries`` item: the object's version, and for run-once objects the digest applied."""
+
+    version: str
+    run_once: str | None = None
+
+    def encode(self, ref: ObjectRef) -> JSON:
+        entry: JSON = {"id": ref.id, "v": self.version}
+        if self.run_once:
+            entry["d"] = self.run_once
+        return entry
+
+
+def decode_inventory(status: JSON) -> dict[ObjectRef, InventoryEntry]:
+    """``status.inventory.entries`` decoded, malformed entries skipped (an inventory must never block teardown)."""
+    decoded: dict[ObjectRef, InventoryEntry] = {}
+    for entry in (status.get("inventory") or {}).get("entries") or []:
+        try:
+            decoded[parse_id(entry["id"])] = InventoryEntry(str(entry.get("v", "")), entry.get("d") or None)
+        except (KeyError, ValueError, AttributeError, TypeError):
+            continue
+    return decoded
+
+
+@dataclass
+class Stack:
+    """What one KfDef wants and what became of it."""
+
+    owner: Owner
+    generation: int
+    #: The stack's status as last written (or as found in the API server): the base of every status diff.
+    status: JSON = field(default_factory=dict)
+    inventory: dict[ObjectRef, InventoryEntry] = field(default_factory=dict)
+
+    # -- the desired state of the generation being (or last) applied --------------------------------
+    desired: dict[ObjectRef, JSON] = field(default_factory=dict)          # normalised, namespace resolved
+    resources: dict[ObjectRef, Resource] = field(default_factory=dict)
+    application_of: dict[ObjectRef, str] = field(default_factory=dict)
+    applications: list[str] = field(default_factory=list)
+    run_once: set[ObjectRef] = field(default_factory=set)                 # never re-created once gone
+    #: Fields the pipeline reports besides conditions (sources, upgrades, reposCache).
+    reported: JSON = field(default_factory=dict)
+
+    # -- results ----------------------------------------------------------------------------------
+    #: The reconcile step shown while a new generation is worked on: (reason, message).
+    step: tuple[str, str] | None = None
+    failure: Failure | None = None
+    applied_generation: int | None = None
+    changes: dict[ObjectRef, Change] = field(default_factory=dict)      # per object, updated by heals
+    rejected: list[Change] = field(default_factory=list)                # never sent: unserved, out of scope
+    problems: dict[str, str] = field(default_factory=dict)              # need a person; keyed by cause
+    applied_at: float = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    suspended: bool = False
+    deleting: bool = False
+    teardown: tuple[str, bool] | None = None                            # (message, stuck)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.owner.key
+
+    @property
+    def applied(self) -> bool:
+        """The current generation's apply finished: its results describe the stack."""
+        return self.applied_generation == self.generation and self.step is None and self.failure is None
+
+    def begin(self, generation: int, *, announce: bool) -> None:
+        """A reconcile of ``generation`` starts; ``announce`` shows its steps in status (new generations only)."""
+        if generation != self.generation:
+            self.failure = None
+        self.generation = generation
+        self.step = ("Progressing", "reconcile started") if announce else None
+
+    def record_apply(self, changes: ChangeSet) -> None:
+        """The apply of the current generation finished with these per-object results."""
+        self.changes = {change.ref: change for change in changes}
+        self.applied_generation = self.generation
+        self.applied_at = time.monotonic()
+        self.step = None
+        self.failure = None
+
+    def record_heal(self, change: Change) -> None:
+        """A heal's result replaces the object's outcome: a healed object is applied again, a failed one failed."""
+        if change.ref in self.desired:
+            self.changes[change.ref] = change
+
+    def failed_changes(self) -> list[Change]:
+        return [*self.rejected, *(c for c in self.changes.values() if c.action.failed)]
+
+    def unchanged_inventory(self) -> bool:
+        return all(ref in self.inventory for ref in self.desired)
+
+    def counts(self) -> dict[Action, int]:
+        counted: dict[Action, int] = {}
+        for change in self.changes.values():
+            counted[change.action] = counted.get(change.action, 0) + 1
+        return counted

@@ -1,0 +1,172 @@
+"""The one writer of a KfDef's status.
+
+Every step reports into the KfDef's :class:`~kfdef_operator.runtime.stack.Stack`;
+:class:`StatusWriter` computes the whole status from it (:func:`status_of`,
+pure) and merge-patches what differs from the status last written, one write
+at a time. Conditions therefore always describe the current generation's
+results: ``Ready=True`` for generation N only once N is fully applied and
+healthy, never from an older generation's outcomes while N is under way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+
+from kfdef_operator.api.names import kfdef_path
+from kfdef_operator.api.types import JSON
+from kfdef_operator.runtime import conditions as cond
+from kfdef_operator.runtime import metrics
+from kfdef_operator.runtime.events import EventRecorder
+from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.ssa.changeset import Action
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.ssa.live import LiveView
+
+log = logging.getLogger(__name__)
+
+_COUNTS = ("total", "applied", "ready", "failed")
+
+
+def readiness(stack: Stack, live: LiveView) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(failures, unhealthy) of a stack, from its results and the live health in the watch cache."""
+    failures = [(str(c.ref), c.message) for c in stack.rejected]
+    unhealthy = []
+    for ref in stack.desired:
+        change = stack.changes.get(ref)
+        if change is not None and not change.ok:
+            failures.append((str(ref), change.message))
+            continue
+        tracked = live.get(ref)
+        if tracked is None:
+            if live.is_watched(ref.group, ref.kind) and not (change is not None and change.action is Action.SKIPPED):
+                unhealthy.append((str(ref), "missing"))
+        elif not tracked.health.ready:
+            unhealthy.append((str(ref), tracked.health.message))
+    return failures, unhealthy
+
+
+def verdict(stack: Stack, live: LiveView, *, health_timeout: float, now: float) -> cond.Verdict:
+    """The three conditions the stack's results call for (pure but for reading the cache)."""
+    if stack.deleting:
+        message, stuck = stack.teardown or ("deleting the stack", False)
+        return cond.terminating(message, stuck)
+    if stack.failure is not None:
+        result = cond.failed(stack.failure.reason, stack.failure.message, retrying=stack.failure.retrying)
+    elif stack.step is not None:
+        result = cond.progressing(*stack.step)
+    elif stack.applied_generation != stack.generation:
+        result = cond.progressing("Progressing", f"generation {stack.generation} is not applied yet")
+    else:
+        failures, unhealthy = readiness(stack, live)
+        overdue = bool(stack.applied_at) and now - stack.applied_at > health_timeout
+        result = cond.applied(len(stack.desired) + len(stack.rejected), failures, unhealthy,
+                              list(stack.problems.values()), health_overdue=overdue)
+    if stack.suspended:
+        result = replace(result, reconciling=cond.SUSPENDED)
+    return result
+
+
+def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
+    """Counts for the whole stack and per application."""
+    rows = {name: dict.fromkeys(_COUNTS, 0) | {"name": name} for name in stack.applications}
+    for ref, app in stack.application_of.items():
+        row = rows.setdefault(app, dict.fromkeys(_COUNTS, 0) | {"name": app})
+        row["total"] += 1
+        change = stack.changes.get(ref)
+        if change is not None and change.ok:
+            row["applied"] += 1
+            tracked = live.get(ref)
+            if tracked is not None and tracked.health.ready:
+                row["ready"] += 1
+        elif change is not None:
+            row["failed"] += 1
+    summary: JSON = {key: sum(r[key] for r in rows.values()) for key in _COUNTS}
+    summary["total"] += len(stack.rejected)
+    summary["failed"] += len(stack.rejected)
+    summary["upgraded"] = (stack.reported.get("upgrades") or {}).get("count", 0)
+    return summary, list(rows.values())
+
+
+def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float) -> JSON:
+    """The KfDef status the stack calls for, as a whole (the writer sends only what differs)."""
+    result = verdict(stack, live, health_timeout=health_timeout, now=now)
+    status: JSON = {
+        "conditions": result.apply_to(list(stack.status.get("conditions") or []), stack.generation),
+        "inventory": {"entries": [entry.encode(ref) for ref, entry in stack.inventory.items()]},
+    }
+    if not stack.deleting:
+        status["observedGeneration"] = stack.generation
+    if stack.applied:
+        summary, rows = summary_of(stack, live)
+        failures = [{"object": str(c.ref), "message": cond.truncate(c.message, 512)}
+                    for c in stack.failed_changes()][: cond.MAX_FAILURES_LISTED]
+        status.update(summary=summary, applications=rows, failures=failures, **stack.reported)
+    return status
+
+
+def _differs(key: str, old: object, new: object) -> bool:
+    if key == "conditions":
+        return not cond.conditions_equal(old or [], new)  # type: ignore[arg-type]
+    return old != new
+
+
+class StatusWriter:
+    """Writes one KfDef's status from its stack, one write at a time."""
+
+    def __init__(self, kube: KubeClient, stack: Stack, live: LiveView, events: EventRecorder, *,
+                 health_timeout: float) -> None:
+        self._kube = kube
+        self._stack = stack
+        self._live = live
+        self._events = events
+        self._health_timeout = health_timeout
+        self._lock = asyncio.Lock()
+
+    async def update(self) -> bool:
+        """Write what changed; False when the API server refused the write (it is retried with the next one)."""
+        async with self._lock:
+            stack = self._stack
+            wanted = status_of(stack, self._live, health_timeout=self._health_timeout, now=time.monotonic())
+            diff = {key: value for key, value in wanted.items() if _differs(key, stack.status.get(key), value)}
+            if not diff:
+                return True
+            was_ready = _ready(stack.status)
+            try:
+                await self._kube.request("PATCH", kfdef_path(*stack.owner.key) + "/status", body={"status": diff},
+                                         content_type="application/merge-patch+json")
+            except KubeApiError as error:
+                if error.status == 404:  # the KfDef is gone
+                    return True
+                log.error("%s: status not written: %s", stack.owner, error)
+                return False
+            except (OSError, asyncio.TimeoutError) as error:
+                log.error("%s: status not written: %s", stack.owner, error or type(error).__name__)
+                return False
+            stack.status.update(diff)
+        self._export()
+        ready = _ready(stack.status)
+        if ready is not None and ready.get("status") == "True" and not (was_ready or {}).get("status") == "True":
+            await self._events.record(stack.owner, "Normal", "Ready", ready.get("message", "ready"))
+        return True
+
+    def _export(self) -> None:
+        owner = self._stack.owner
+        for condition in self._stack.status.get("conditions") or []:
+            metrics.CONDITION.labels(owner.namespace, owner.name, condition["type"]).set(
+                1.0 if condition["status"] == "True" else 0.0)
+
+    def forget(self) -> None:
+        """The KfDef is gone: drop its metrics."""
+        owner = self._stack.owner
+        for condition_type in (cond.READY, cond.RECONCILING, cond.DEGRADED):
+            try:
+                metrics.CONDITION.remove(owner.namespace, owner.name, condition_type)
+            except KeyError:
+                pass
+
+
+def _ready(status: JSON) -> JSON | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == cond.READY), None)

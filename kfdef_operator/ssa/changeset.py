@@ -1,0 +1,90 @@
+"""Typed results of apply, prune and delete: an :class:`Action` per object, gathered in a :class:`ChangeSet`."""
+
+from __future__ import annotations
+
+import collections
+import enum
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa.inventory import ObjectRef
+
+
+class Action(enum.Enum):
+    """What happened to one object."""
+
+    CREATED = "created"
+    CONFIGURED = "configured"
+    UNCHANGED = "unchanged"
+    ADOPTED = "adopted"          # existed without an owner: applied, and released rather than deleted later
+    SKIPPED = "skipped"          # left alone on purpose (opted out, or run-once and gone)
+    CONFLICT = "conflict"        # held by another owner: never touched
+    FAILED = "failed"
+    DELETED = "deleted"
+    RELEASED = "released"        # adopted or opted out: our stamps removed, the object kept
+    GONE = "gone"                # asked to delete what was already absent
+
+    @property
+    def applied(self) -> bool:
+        """The object is in the state the owner asked for (or deliberately left as it is)."""
+        return self in _APPLIED
+
+    @property
+    def failed(self) -> bool:
+        return self in (Action.FAILED, Action.CONFLICT)
+
+    @property
+    def wrote(self) -> bool:
+        """The action sent a write to the API server."""
+        return self in _WRITES
+
+
+_APPLIED = frozenset({Action.CREATED, Action.CONFIGURED, Action.UNCHANGED, Action.ADOPTED, Action.SKIPPED})
+_WRITES = frozenset({Action.CREATED, Action.CONFIGURED, Action.ADOPTED, Action.DELETED, Action.RELEASED})
+
+
+@dataclass
+class Change:
+    """The action taken on one object, why, and the object the server returned (apply only)."""
+
+    ref: ObjectRef
+    action: Action
+    message: str = ""
+    live: JSON | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.action.applied
+
+
+@dataclass
+class ChangeSet:
+    """Changes in the order they were made."""
+
+    changes: list[Change] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Change]:
+        return iter(self.changes)
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    def extend(self, changes: Iterable[Change]) -> None:
+        self.changes.extend(changes)
+
+    def count(self, *actions: Action) -> int:
+        return sum(1 for change in self.changes if change.action in actions)
+
+    @property
+    def failures(self) -> list[Change]:
+        return [change for change in self.changes if change.action.failed]
+
+    @property
+    def written(self) -> list[Change]:
+        return [change for change in self.changes if change.action.wrote]
+
+    def summary(self) -> str:
+        """``3 created, 580 unchanged, 1 failed``: counts in :class:`Action` order, zeros left out."""
+        counts = collections.Counter(change.action for change in self.changes)
+        return ", ".join(f"{counts[action]} {action.value}" for action in Action if counts[action]) or "nothing"

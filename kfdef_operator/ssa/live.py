@@ -1,0 +1,51 @@
+"""What the resource manager may know of live objects without asking the API server.
+
+A watch-fed cache (the runtime's tracker) implements :class:`LiveView`; the
+manager then reads ownership stamps, digests and health from memory instead of
+listing. Without one, everything is looked up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa import health
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of, version_of
+
+
+@dataclass(frozen=True)
+class LiveObject:
+    """A compact summary of a live object: identity, versions, selected metadata and health."""
+
+    ref: ObjectRef
+    version: str
+    uid: str
+    resource_version: str
+    meta: JSON  # {"labels": {...}, "annotations": {...}}: only the keys the summary was asked to keep
+    health: health.Health
+
+
+def summarize(obj: JSON, *, labels: Iterable[str], annotations: Iterable[str]) -> LiveObject:
+    """The summary of ``obj`` keeping only the given label and annotation keys."""
+    meta = obj.get("metadata") or {}
+    live_labels = meta.get("labels") or {}
+    live_annotations = meta.get("annotations") or {}
+    return LiveObject(
+        ref=ref_of(obj), version=version_of(obj), uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion", ""),
+        meta={"labels": {k: live_labels[k] for k in labels if k in live_labels},
+              "annotations": {k: live_annotations[k] for k in annotations if k in live_annotations}},
+        health=health.assess(obj),
+    )
+
+
+class LiveView(Protocol):
+    """Read access to a cache of live objects kept current by watches."""
+
+    def get(self, ref: ObjectRef) -> LiveObject | None:
+        """The object's summary, or None when it is absent or its kind is not watched."""
+
+    def is_watched(self, group: str, kind: str) -> bool:
+        """Whether the cache holds every object of this kind (so None from :meth:`get` means absent)."""
