@@ -40,6 +40,8 @@ RECREATE_ANNOTATION = f"{GROUP}/recreate"
 API_UPGRADE_ANNOTATION = f"{GROUP}/api-upgrade"
 #: On a KfDef: ``"true"`` stops every write for its stack (Flux's ``spec.suspend``).
 SUSPEND_ANNOTATION = f"{GROUP}/suspend"
+#: On a KfDef: any new value asks for a reconcile now (Flux's ``reconcile.fluxcd.io/requestedAt``).
+REQUESTED_AT_ANNOTATION = f"{GROUP}/requestedAt"
 
 # -- who we are -------------------------------------------------------------------------------------
 COMPONENT = "kfdef-operator"

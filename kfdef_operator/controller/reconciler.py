@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, TypeVar
 
 from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef
-from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, DIGEST_ANNOTATION, FINALIZER, SUSPEND_ANNOTATION,
-                                      kfdef_path)
+from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, DIGEST_ANNOTATION, FINALIZER,
+                                      REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION, kfdef_path)
 from kfdef_operator.api.types import JSON
 from kfdef_operator.build.cache import RenderCache
 from kfdef_operator.build.kustomize import KustomizeError
@@ -173,7 +173,8 @@ class Reconciler:
         self._bodies[key] = body
         annotations = meta.get("annotations") or {}
         trigger = (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")),
-                   annotations.get(SUSPEND_ANNOTATION), annotations.get(API_UPGRADE_ANNOTATION))
+                   annotations.get(SUSPEND_ANNOTATION), annotations.get(API_UPGRADE_ANNOTATION),
+                   annotations.get(REQUESTED_AT_ANNOTATION))
         if self._triggers.get(key) != trigger:
             self._triggers[key] = trigger
             self.queue.request(key)
@@ -267,7 +268,7 @@ class Reconciler:
                                            self.settings.work_dir / "render" / stack.owner.namespace / stack.owner.name)
         except (RenderError, KustomizeError) as error:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
-        desired = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
+        desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
         stack.reported.update(
             sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
             reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
@@ -284,6 +285,8 @@ class Reconciler:
             raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",
                        retry=True)
         failures = stack.failed_changes()
+        if upgraded and (changes.written or announce):
+            await self.events.record(stack.owner, "Normal", "ApiVersionsUpgraded", upgraded)
         if changes.written or failures:
             level = "Warning" if failures else "Normal"
             await self.events.record(stack.owner, level, "ApplyFailed" if failures else "Applied",
@@ -299,8 +302,8 @@ class Reconciler:
         """Run blocking fetch and render work on the operator's own bounded pool, not the default executor."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
 
-    def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> DesiredState:
-        """Upgrade the rendered objects and settle the stack's desired state."""
+    def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, str]:
+        """Upgrade the rendered objects and settle the stack's desired state; also returns what was upgraded."""
         policy = kfdef.annotations.get(API_UPGRADE_ANNOTATION, self.settings.api_upgrade_default)
         try:
             # One call for the whole KfDef: custom resources count as served when their CRD is in the stack.
@@ -326,7 +329,7 @@ class Reconciler:
             stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
         stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
                                       "kinds": sorted({u.kind for u in upgraded.upgraded})}
-        return desired
+        return desired, upgraded.summary() if upgraded.upgraded else ""
 
     async def _record_intent(self, stack: Stack) -> None:
         """Add the objects about to be applied for the first time to the inventory, before applying them.

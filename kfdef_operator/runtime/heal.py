@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 FIGHT_WINDOW_S = 60.0
 FIGHT_THRESHOLD = 3      # heals of one object within the window before backing off
 MAX_BACKOFF_S = 300.0
+MAX_RETRY_S = 60.0       # longest wait between attempts of a heal the API server refuses
 _PARENT_GONE_HINTS = ("being terminated", "is terminating", "not found", "could not find the requested resource",
                       "the server could not find", "not allowed while custom resource definition is terminating")
 
@@ -64,6 +65,7 @@ class _Request:
     observed_at: float   # monotonic time the event arrived
     uid: str = ""        # of the object that was deleted: a live object with another uid is someone else's
     not_before: float = 0.0
+    failures: int = 0    # failed attempts so far: retried after 0.5 s doubling to 60 s
 
 
 def fight_backoff(heal_times: deque[float], now: float) -> float:
@@ -292,11 +294,13 @@ class Healer:
             self._waiting_for_parent[stack.key].add(ref)
             log.debug("heal of %s waits for its parent: %s", ref, error.message)
             return
-        log.warning("heal of %s of %s failed (retrying with backoff): %s", ref, stack.owner, error)
+        delay = min(0.5 * 2.0 ** min(request.failures, 16), MAX_RETRY_S)
+        log.warning("heal of %s of %s failed, retrying in %.1fs: %s", ref, stack.owner, delay, error)
         stack.record_heal(Change(ref, Action.FAILED, f"heal failed: {describe_api_error(error)}"))
-        self._history[ref].append(time.monotonic())
-        request.observed_at = time.monotonic()
-        self._schedule(stack, ref, request)
+        # A failed heal is retried on its own backoff; it is not a fight (nothing was healed).
+        retry = _Request(request.cause, request.observed_at, request.uid, time.monotonic() + delay, request.failures + 1)
+        self._pending[stack.key][ref] = retry
+        self._wake.setdefault(stack.key, asyncio.Event()).set()
 
     @staticmethod
     def _parent_in_stack(stack: Stack, ref: ObjectRef) -> bool:

@@ -48,6 +48,7 @@ class Tracker:
         self._objects: dict[ObjectRef, LiveObject] = {}
         self._watches: dict[tuple[str, str], asyncio.Task] = {}
         self._synced: dict[tuple[str, str], asyncio.Event] = {}
+        self._refused: dict[tuple[str, str], KubeApiError] = {}  # first listing refused (403): no use waiting
         self._resources: dict[tuple[str, str], Resource] = {}
 
     # -- queries -------------------------------------------------------------------
@@ -62,17 +63,28 @@ class Tracker:
     # -- lifecycle -----------------------------------------------------------------
 
     async def watch(self, resources: Iterable[Resource], *, timeout: float = 60.0) -> None:
-        """Start watching these resources (if not yet) and wait until each has listed once."""
-        waiting = []
+        """Start watching these resources (if not yet) and wait until each has listed once.
+
+        Raises the API server's refusal (403) of a kind's first listing at once, and TimeoutError when a
+        listing does not complete within ``timeout``.
+        """
+        keys = []
         for resource in resources:
             key = (resource.group, resource.kind)
             if key not in self._watches:
                 self._resources[key] = resource
                 self._synced[key] = asyncio.Event()
                 self._watches[key] = asyncio.create_task(self._run(resource), name=f"watch {resource.plural}")
-            waiting.append(self._synced[key].wait())
-        if waiting:
-            await asyncio.wait_for(asyncio.gather(*waiting), timeout)
+            keys.append(key)
+        if keys:
+            await asyncio.wait_for(asyncio.gather(*(self._wait_synced(key) for key in keys)), timeout)
+
+    async def _wait_synced(self, key: tuple[str, str]) -> None:
+        if key in self._refused:
+            raise self._refused[key]
+        await self._synced[key].wait()
+        if key in self._refused:
+            raise self._refused[key]
 
     async def retain(self, resources: Iterable[Resource]) -> None:
         """Stop the watches of kinds not among ``resources`` and forget their objects."""
@@ -82,6 +94,7 @@ class Tracker:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             self._synced.pop(key, None)
+            self._refused.pop(key, None)
             self._resources.pop(key, None)
             for ref in [r for r in self._objects if (r.group, r.kind) == key]:
                 del self._objects[ref]
@@ -157,6 +170,7 @@ class Tracker:
             try:
                 if resource_version is None:
                     resource_version = await self._relist(resource)
+                    self._refused.pop(key, None)
                     self._synced[key].set()
                 async for event in self._kube.watch(resource.collection_path(), resource_version=resource_version,
                                                     label_selector=INSTANCE_LABEL, timeout_seconds=_WATCH_TIMEOUT_S):
@@ -176,6 +190,12 @@ class Tracker:
                 failures += 1
                 if error.status == 410:
                     resource_version = None
+                if error.status == 403 and not self._synced[key].is_set():
+                    # Waiters learn at once that this identity may not list the kind; the watch keeps
+                    # trying, in case the permission is granted later.
+                    self._refused[key] = error
+                    self._synced[key].set()
+                    self._synced[key] = asyncio.Event()
                 # 404: the kind's CRD is being re-created (healing) or went away; keep trying quietly.
                 log.log(logging.DEBUG if error.status == 404 else logging.WARNING,
                         "watch of %s failed: %s", resource.plural, error)

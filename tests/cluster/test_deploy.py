@@ -186,7 +186,7 @@ def test_operator_under_deploy_rbac_deploys_heals_and_tears_down_a_stack(
 
         # Right after the heal the new Deployment is not Available yet, so Ready is False for a moment:
         # the gauge must come back to 1 once kwok has run the new pod.
-        ready_gauge = 'kfdef_condition{namespace="kfdefs",name="rbac",type="Ready"}'
+        ready_gauge = 'kfdef_condition{name="rbac",namespace="kfdefs",type="Ready"}'
         metrics = wait_for(lambda: (m := process.metrics()).get(ready_gauge) == 1.0 and m, timeout=60,
                            what="Ready gauge back at 1")
         assert any(key.startswith("kfdef_reconcile_duration_seconds_count") for key in metrics), metrics

@@ -348,7 +348,7 @@ def test_a_manifest_claiming_another_kfdefs_object_cannot_take_it(operator, kube
     wait_ready(kube, "owner", ns)
     kube.apply(_one_app_kfdef("thief", ns, tmp_path / "thief"))
     status = wait_condition_reason(kube, "thief", ns, "Degraded", "True", "ApplyFailed", timeout=60)["status"]
-    assert [(f["object"], "already managed by KfDef owner." in f["message"]) for f in status["failures"]] == [
+    assert [(f["object"], f"already managed by KfDef {ns}/owner" in f["message"]) for f in status["failures"]] == [
         (f"ConfigMap {ns}/shared", True)]
     shared = kube.get("v1", "ConfigMap", "shared", ns)
     assert shared["data"] == {"by": "owner"} and shared["metadata"]["annotations"][INSTANCE_ANNOTATION] == f"owner.{ns}"
