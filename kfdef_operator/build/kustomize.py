@@ -20,6 +20,14 @@ SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 _STDERR_TAIL_LINES = 20
 
+#: The file names kustomize reads as a directory's kustomization, in its order of preference.
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+
+def is_remote(reference: str) -> bool:
+    """Whether a kustomization's reference names something kustomize fetches (a URL or a git repo)."""
+    return "://" in reference or reference.startswith(("github.com/", "git@"))
+
 
 class KustomizeError(RuntimeError):
     """``kustomize build`` failed, timed out or printed something that is not a list of objects."""

@@ -5,22 +5,26 @@ Three modes, chosen per KfDef / application (reference sections 5 and 6):
 * **legacy** (default): ``<repo>/<repoRef.path>`` is copied to ``<workdir>/kustomize/<app>/`` and a
   ``kustomization.yaml`` is generated there that merges ``base/`` and the named ``overlays/<name>/`` with
   kfctl's rules (``merge_package``), after rewriting their ``params.env`` files (``rewrite_params_env``).
-* **plain**: the package has no ``base/kustomization.yaml`` but a root kustomization; it is used as is
-  (overlays and parameters ignored, as kfctl did). Instead of editing it to default the namespace, a wrapper
-  ``<workdir>/wrappers/<app>/kustomization.yaml`` includes it and sets the KfDef namespace when the package
-  sets none.
+* **plain**: the package has no ``base/kustomization.yaml`` but a root kustomization: a plain kustomize entry
+  point, such as the ``example/`` folder of today's Kubeflow releases. It is built where it is, in the resolved
+  repo, exactly as ``kustomize build <repo>/<path>`` builds it (default load restrictor: its own folder's files,
+  other folders such as ``../common/...`` through their kustomizations), with nothing added. Objects without a
+  namespace get the KfDef's namespace when the operator builds its desired state. Overlays and parameters are
+  ignored, as kfctl did.
 * **stacks**: an application named ``kubeflow-apps`` exists; every application gets a thin wrapper
   ``<workdir>/kustomize/<app>/kustomization.yaml`` whose only resource is the package (in the repo copy).
   No namespace, overlays or parameters.
 
-All builds use kustomize's load restrictor ``none`` (kfctl >= 1.1 did).
+Legacy and stacks builds use kustomize's load restrictor ``none`` (kfctl >= 1.1 did).
 
 kustomize v3.2 (kfctl's) vs v5, handled in the work-dir copy (the source cache is never modified):
 
 * Top-level ``namespace:`` in v5 also renames ``Namespace`` objects; v3 did not. Every kustomization we
-  generate, and every kustomization file in a copied package, sets its namespace through an explicit
-  ``NamespaceTransformer`` (listed under ``transformers:``) whose only field spec is ``metadata/namespace``
-  (RoleBinding subjects are still updated, as in v3), so Namespace objects keep their names. Stacks
+  generate sets its namespace through an explicit ``NamespaceTransformer`` (listed under ``transformers:``)
+  whose only field spec is ``metadata/namespace`` (RoleBinding subjects are still updated, as in v3), so
+  Namespace objects keep their names. A kustomization file of a copied package is rewritten the same way where
+  a Namespace object of another name passes through it and the later transformer cannot break it (no
+  ``replacements:``; see ``v3_namespace``); elsewhere v3 and v5 agree, or the file was written for v5. Stacks
   reference files anywhere in their repo, so in stacks mode each repo is copied whole to
   ``<workdir>/repos/<name>/`` (again only when its revision changes) and rewritten the same way.
 * v5 fails on field-spec paths with numeric indexes (``containers/0/env/0/value``) in ``configurations``
@@ -37,6 +41,11 @@ Deliberate deviations from kfctl:
 * ``crds:`` paths of overlays are re-expressed relative to the package root like the other paths (kfctl
   left them unchanged, which could only fail).
 * The work directory is always regenerated (kfctl skipped generation when ``kustomize/`` existed).
+* A package with a root kustomization but no ``base/`` (kfctl: copied alone, ``namespace:`` set to the KfDef's
+  when empty, built with v3) is a plain entry point: files outside its folder are available, objects that name
+  a namespace keep it instead of being moved into the KfDef's, ServiceAccount subjects of role bindings are not
+  given one, and a ``namespace:`` in the package renames Namespace objects (v5's meaning, which is what
+  ``kustomize build`` gives).
 * json6902 patch groups keep first-seen order (kfctl iterated a Go map: random order).
 """
 
@@ -58,14 +67,13 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import yaml
 
-from kfdef_operator.build import kustomize
+from kfdef_operator.build import kustomize, v3_namespace
 from kfdef_operator.api.kfdef import Application, KfDef, Parameter, project_of
 from kfdef_operator.source.resolve import ResolvedSource
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["legacy", "stacks", "plain"]
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 NAMESPACE_TRANSFORMER_FILE = "kfdef-namespace-transformer.yaml"
 PARAMS_ENV = "params.env"
 _AUTO_FILLED = ("appName", "namespace", "project")
@@ -139,13 +147,9 @@ class MergedPackage:
     warnings: list[str] = field(default_factory=list)
 
 
-def _is_remote(reference: str) -> bool:
-    return "://" in reference or reference.startswith(("github.com/", "git@"))
-
-
 def _rebase(child_dir: str, reference: str) -> str:
     """A path written in ``child_dir``'s kustomization, re-expressed relative to the package root."""
-    if _is_remote(reference) or "\n" in reference:  # remote targets and inline patches stay as they are
+    if kustomize.is_remote(reference) or "\n" in reference:  # remote targets and inline patches stay as they are
         return reference
     return posixpath.normpath(posixpath.join(child_dir, reference))
 
@@ -359,21 +363,22 @@ def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *
     """Render every application of ``kfdef`` (in parallel) and return them in spec order.
 
     ``sources`` maps repo names to resolved local trees; ``workdir`` is this KfDef's private work directory
-    (its ``kustomize/`` and ``wrappers/`` are recreated). ``progress`` is called as each application finishes.
+    (its ``kustomize/`` is recreated). ``progress`` is called as each application finishes.
     Raises ``RenderError`` naming the first failing application in spec order (and how many others failed).
     """
     workdir = Path(workdir).resolve()
-    for sub in ("kustomize", "wrappers"):
-        shutil.rmtree(workdir / sub, ignore_errors=True)
+    shutil.rmtree(workdir / "kustomize", ignore_errors=True)
     (workdir / "kustomize").mkdir(parents=True)
 
     if kfdef.uses_stacks:
-        sources = {name: _stacks_copy(source, workdir) for name, source in sources.items()}
+        sources = {name: _stacks_copy(source, workdir, _entry_paths(kfdef, name)) for name, source in sources.items()}
 
     def one(app: Application) -> RenderedApplication:
         started = time.monotonic()
         mode, build_dir, warnings = _prepare(kfdef, app, sources, workdir)
-        objects = kustomize.build(build_dir, load_restrictor_none=True, timeout=timeout, application=app.name)
+        # kfctl (>= 1.1) built with load restrictor none; a plain entry point builds as `kustomize build` does.
+        objects = kustomize.build(build_dir, load_restrictor_none=mode != "plain", timeout=timeout,
+                                  application=app.name)
         result = RenderedApplication(app.name, mode, objects, time.monotonic() - started, tuple(warnings))
         if progress:
             progress(result)
@@ -421,30 +426,42 @@ def _prepare(kfdef: KfDef, app: Application, sources: Mapping[str, ResolvedSourc
             "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
             "resources": [os.path.relpath(package, app_dir)]})
         return "stacks", app_dir, []
-    shutil.copytree(package, app_dir, symlinks=False)
-    root_before = _read_kustomization(app_dir, app.name)
-    warnings = _make_copy_v5_compatible(app_dir, app.name)
-    base = _read_kustomization(app_dir / "base", app.name)
-    if base is None:
-        if root_before is None:
+    if not _has_kustomization(package / "base"):
+        if not _has_kustomization(package):
             raise RenderError(app.name, f"{ref.name}:{ref.path} has neither base/kustomization.yaml nor a "
                                         "kustomization.yaml; check repoRef.path")
-        return "plain", _write_plain_wrapper(kfdef, app, app_dir, root_before), warnings
+        return "plain", package, []
+    shutil.copytree(package, app_dir, symlinks=False)
+    warnings = _make_copy_v5_compatible(app_dir, app.name)
+    base = _read_kustomization(app_dir / "base", app.name)
+    assert base is not None
     _write_legacy_kustomization(kfdef, app, app_dir, base, warnings)
     return "legacy", app_dir, warnings
 
 
-def _stacks_copy(source: ResolvedSource, workdir: Path) -> ResolvedSource:
-    """``source`` copied to ``<workdir>/repos/<name>/`` and made v5-compatible: stacks reference files all
-    over the repo, so the whole tree is copied. Reused while the revision is unchanged."""
+def _has_kustomization(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in kustomize.KUSTOMIZATION_FILES)
+
+
+def _entry_paths(kfdef: KfDef, repo: str) -> list[str]:
+    """The ``repoRef.path`` of every application rendered from ``repo``."""
+    return [app.kustomize_config.repo_ref.path for app in kfdef.applications
+            if app.kustomize_config is not None and app.kustomize_config.repo_ref.name == repo]
+
+
+def _stacks_copy(source: ResolvedSource, workdir: Path, paths: Sequence[str]) -> ResolvedSource:
+    """``source`` copied to ``<workdir>/repos/<name>/`` and made v5-compatible for the entry points ``paths``:
+    stacks reference files all over the repo, so the whole tree is copied. Reused while the revision and the
+    entry points are unchanged."""
     target = workdir / "repos" / source.name
     marker = target / ".kfdef-revision"
-    if not (marker.is_file() and marker.read_text() == source.revision):
+    stamp = "\n".join([source.revision, *sorted(set(paths))])
+    if not (marker.is_file() and marker.read_text() == stamp):
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(source.local_path, target, symlinks=True)
-        for warning in _make_copy_v5_compatible(target, source.name):
+        for warning in _make_copy_v5_compatible(target, source.name, [target / path for path in paths]):
             log.warning("repo %s: %s", source.name, warning)
-        marker.write_text(source.revision)
+        marker.write_text(stamp)
     return dataclasses.replace(source, local_path=target)
 
 
@@ -492,16 +509,6 @@ def _write_legacy_kustomization(kfdef: KfDef, app: Application, app_dir: Path, b
     _write_kustomization_for_v5(app_dir, merged.kustomization)
 
 
-def _write_plain_wrapper(kfdef: KfDef, app: Application, app_dir: Path, root: Mapping[str, Any]) -> Path:
-    wrapper_dir = app_dir.parent.parent / "wrappers" / app.name
-    wrapper: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                               "resources": [os.path.relpath(app_dir, wrapper_dir)]}
-    if not root.get("namespace"):
-        wrapper["namespace"] = kfdef.namespace
-    _write_kustomization_for_v5(wrapper_dir, wrapper)
-    return wrapper_dir
-
-
 def _write_kustomization_for_v5(directory: Path, kustomization: Mapping[str, Any]) -> None:
     converted, transformer = for_kustomize_v5(kustomization)
     if transformer is not None:
@@ -509,24 +516,23 @@ def _write_kustomization_for_v5(directory: Path, kustomization: Mapping[str, Any
     _write_yaml(directory / "kustomization.yaml", converted)
 
 
-def _make_copy_v5_compatible(app_dir: Path, application: str) -> list[str]:
-    """Rewrite every kustomization file of the copied package for v5 (see module docstring)."""
+def _make_copy_v5_compatible(root: Path, application: str, entry_points: Sequence[Path] | None = None) -> list[str]:
+    """Rewrite the kustomization files of a copied tree for v5 (see module docstring): every one under ``root``,
+    or only those the builds of ``entry_points`` read. Every decision is taken before the first rewrite."""
+    tree = v3_namespace.KustomizationTree(root)
+    directories = tree.everywhere() if entry_points is None else tree.reachable(entry_points)
+    rewrite = set(v3_namespace.to_rewrite(tree, directories))
     warnings: list[str] = []
-    for directory, _, files in os.walk(app_dir):
-        directory_path = Path(directory)
-        name = next((f for f in KUSTOMIZATION_FILES if f in files), None)
-        if name is None:
-            continue
-        kustomization = _read_kustomization(directory_path, application)
-        assert kustomization is not None
+    for directory in directories:
+        path, kustomization = tree.kustomization(directory)  # type: ignore[misc]  # listed: it has one
         for config_name in kustomization.get("configurations") or ():
-            config_path = directory_path / config_name
+            config_path = directory / config_name
             if config_path.is_file():
-                warnings.extend(_sanitize_configuration(config_path, app_dir))
-        converted, transformer = namespace_as_transformer(kustomization)
-        if transformer is not None:
-            _write_yaml(directory_path / NAMESPACE_TRANSFORMER_FILE, transformer)
-            _write_yaml(directory_path / name, converted)
+                warnings.extend(_sanitize_configuration(config_path, root))
+        if directory in rewrite:
+            converted, transformer = namespace_as_transformer(kustomization)
+            _write_yaml(directory / NAMESPACE_TRANSFORMER_FILE, transformer)
+            _write_yaml(path, converted)
     return warnings
 
 
@@ -543,7 +549,7 @@ def _sanitize_configuration(path: Path, app_dir: Path) -> list[str]:
 
 
 def _read_kustomization(directory: Path, application: str) -> dict[str, Any] | None:
-    for name in KUSTOMIZATION_FILES:
+    for name in kustomize.KUSTOMIZATION_FILES:
         path = directory / name
         if path.is_file():
             try:

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 from urllib.parse import urlencode
@@ -27,6 +28,23 @@ from kfdef_operator.api.types import JSON
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _MAX_ATTEMPTS = 8
+# The parameter also keeps the REST client from JSON-encoding the (already encoded) body; the server ignores it.
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml; charset=utf-8"
+# Code points the server's YAML parser refuses (C1 controls, U+FFFE/U+FFFF, lone surrogates) or reads as line
+# breaks inside a quoted string (U+0085, U+2028, U+2029), plus the byte order mark: kept as \u escapes.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+def apply_patch_body(obj: JSON) -> bytes:
+    """``obj`` as the body of a server-side apply request: UTF-8 JSON, which the server parses as YAML.
+
+    ``json.dumps``' default ASCII output writes text outside the Basic Multilingual Plane (an emoji in a Grafana
+    dashboard) as a surrogate pair, ``\\ud83d\\ude00``: JSON joins the pair again, YAML refuses each half. Written
+    as UTF-8 instead, every character reaches the server as it is; only code points that YAML cannot carry
+    literally stay escaped, and those escapes mean the same in YAML.
+    """
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _YAML_UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text).encode()
 
 
 def _retry_delay(attempt: int, retry_after: str | None) -> float:
@@ -157,7 +175,7 @@ class KubeClient:
             self._counts[f"{method}{'(dry-run)' if dry_run else ''}"] += 1
             headers = await self._headers(content_type, accept)
             try:
-                # The REST client JSON-encodes dict bodies itself (also for apply-patch+yaml).
+                # The REST client JSON-encodes dict bodies itself; bytes go out as they are.
                 response = await self._api.rest_client.request(
                     method, url, headers=headers, body=body, _request_timeout=timeout)
                 raw = await response.read()
@@ -191,10 +209,8 @@ class KubeClient:
         """Server-side apply; returns the object and whether this request created it (HTTP 201)."""
         params = {"fieldManager": field_manager, "force": "true" if force else None,
                   "dryRun": "All" if dry_run else None}
-        # Sent as JSON, which is YAML, under the apply-patch content type.
-        decoded, status = await self._send("PATCH", path, body=obj, params=params,
-                                           content_type="application/apply-patch+yaml",
-                                           accept="application/json", timeout=60.0)
+        decoded, status = await self._send("PATCH", path, body=apply_patch_body(obj), params=params,
+                                           content_type=APPLY_CONTENT_TYPE, accept="application/json", timeout=60.0)
         return decoded, status == 201
 
     async def watch(self, path: str, *, resource_version: str | None = None, label_selector: str | None = None,

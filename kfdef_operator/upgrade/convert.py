@@ -11,7 +11,9 @@ Old behaviour is kept by writing out, explicitly, every default that the success
   ``admissionReviewVersions: [v1beta1]``, ``failurePolicy: Ignore``, ``matchPolicy: Exact``, ``timeoutSeconds: 30``.
   v1 accepts only ``sideEffects: None|NoneOnDryRun``; ``Unknown``, ``Some`` or absent (v1beta1 default ``Unknown``)
   become ``None``. That cannot keep the old behaviour exactly (dry-run requests used to be refused instead of
-  reaching the webhook), so each such webhook is named in the upgraded object's notes.
+  reaching the webhook), so each such webhook is named in the upgraded object's notes. v1 requires unique webhook
+  names within a configuration: a repeated name gets ``-2``, ``-3``, ... on its first label (every webhook is
+  still called).
 * Deployment from extensions/v1beta1: ``revisionHistoryLimit`` and ``progressDeadlineSeconds`` 2147483647 (keep
   every ReplicaSet, no progress deadline), RollingUpdate ``maxUnavailable: 1`` and ``maxSurge: 1``; from
   apps/v1beta1: ``revisionHistoryLimit: 2``. DaemonSet from extensions/v1beta1 and StatefulSet from apps/v1beta1:
@@ -25,6 +27,11 @@ Old behaviour is kept by writing out, explicitly, every default that the success
   with ``conversionReviewVersions: [v1beta1]`` when absent. Every version gets a structural schema (see
   :func:`structural_schema`); as v1beta1 preserved unknown fields unless ``preserveUnknownFields: false``, such CRDs
   get ``x-kubernetes-preserve-unknown-fields: true`` on every object node, so nothing is pruned that was kept before.
+  A CRD of a group reserved for Kubernetes (``*.k8s.io``, ``*.kubernetes.io``) without the
+  ``api-approved.kubernetes.io`` annotation gets the value v1 accepts for an API that was never reviewed
+  (``unapproved, ...``).
+* Every upgraded object loses ``initializers`` from its metadata and its (job and) pod templates' metadata: the
+  field was removed in Kubernetes 1.14 and the server refuses it.
 * PodDisruptionBudget policy/v1beta1 -> v1: an empty selector matched no pods in v1beta1 but matches every pod of
   the namespace in v1; it is removed, because an absent selector matches no pods in both versions.
 * Ingress -> networking.k8s.io/v1: ``backend`` -> ``defaultBackend``, ``serviceName``/``servicePort`` ->
@@ -636,7 +643,32 @@ def _convert_crd(obj: JsonObject) -> tuple[str, ...]:
     spec.setdefault("scope", "Namespaced")
     if "conversion" in spec:
         spec["conversion"] = _crd_conversion_v1(spec["conversion"])
+    notes += _mark_unapproved_if_protected(obj)
     return tuple(notes)
+
+
+#: v1 refuses a CRD in a protected group without this annotation (KEP 2337, k8s.io group protection).
+API_APPROVAL_ANNOTATION = "api-approved.kubernetes.io"
+#: The server accepts any value starting with "unapproved" and marks the CRD KubernetesAPIApprovalPolicyConformant
+#: False; a URL would claim an API review that never happened.
+UNAPPROVED = "unapproved, a v1beta1 CRD converted to apiextensions.k8s.io/v1 by kfdef-operator"
+
+
+def is_protected_group(group: str) -> bool:
+    """Whether CRDs of ``group`` need the approval annotation: ``k8s.io``, ``kubernetes.io`` and their subgroups."""
+    return any(group == suffix or group.endswith("." + suffix) for suffix in ("k8s.io", "kubernetes.io"))
+
+
+def _mark_unapproved_if_protected(crd: JsonObject) -> list[str]:
+    group = crd["spec"].get("group")
+    metadata = crd.setdefault("metadata", {})
+    annotations = metadata.get("annotations") or {}
+    if not isinstance(group, str) or not is_protected_group(group) or annotations.get(API_APPROVAL_ANNOTATION):
+        return []
+    metadata["annotations"] = {**annotations, API_APPROVAL_ANNOTATION: UNAPPROVED}
+    return [f"group {group} is reserved for Kubernetes APIs: annotation {API_APPROVAL_ANNOTATION}: {UNAPPROVED!r} "
+            "added, which v1 requires (this API was never approved; the server marks the CRD "
+            "KubernetesAPIApprovalPolicyConformant=False)"]
 
 
 def _crd_version_v1(version: JsonObject, shared: Mapping[str, Any], preserve_unknown_fields: bool,
@@ -691,7 +723,7 @@ _V1_SIDE_EFFECTS = ("None", "NoneOnDryRun")
 
 
 def _convert_webhook_configuration(obj: JsonObject) -> tuple[str, ...]:
-    notes = []
+    notes = _make_webhook_names_unique(obj.get("webhooks") or [])
     for webhook in obj.get("webhooks") or []:
         _fill_missing(webhook, _V1BETA1_WEBHOOK_DEFAULTS)
         side_effects = webhook.get("sideEffects", "Unknown")
@@ -700,6 +732,35 @@ def _convert_webhook_configuration(obj: JsonObject) -> tuple[str, ...]:
             notes.append(f"webhook {webhook.get('name')}: sideEffects {side_effects} is not accepted by v1, set to "
                          "None: dry-run requests now reach this webhook instead of being refused")
     return tuple(notes)
+
+
+_DNS_LABEL_MAX = 63
+
+
+def _make_webhook_names_unique(webhooks: list[JsonObject]) -> list[str]:
+    """Renames the second and later webhooks sharing a name (v1beta1 allowed that, v1 refuses it).
+
+    Renaming keeps the behaviour: the server still calls every webhook. The first label gets ``-2``, ``-3``, ...
+    (shortened to stay a DNS label), so the name remains the fully qualified name v1 requires and is the same on
+    every render.
+    """
+    taken = {webhook.get("name") for webhook in webhooks}
+    seen: set[object] = set()
+    notes = []
+    for webhook in webhooks:
+        name = webhook.get("name")
+        if name not in seen:
+            seen.add(name)
+            continue
+        first, dot, rest = str(name).partition(".")
+        number = 2
+        while (candidate := f"{first[:_DNS_LABEL_MAX - len(str(number)) - 1]}-{number}{dot}{rest}") in taken:
+            number += 1
+        webhook["name"] = candidate
+        taken.add(candidate)
+        notes.append(f"webhook {name}: repeated name, this one renamed to {candidate} (v1 requires unique "
+                     "names; every webhook is still called)")
+    return notes
 
 
 # Defaults of removed workload versions that differ from apps/v1, by (old apiVersion, kind).
@@ -955,10 +1016,29 @@ def _convert(obj: JsonObject, target: str, convert: Conversion) -> _Converted | 
     except NotConvertible as error:
         return _unserved(obj, str(error))
     converted["apiVersion"] = target
+    notes += _drop_initializers(converted)
     metadata = obj.get("metadata") or {}
     return _Converted(converted, UpgradedObject(kind=obj["kind"], name=metadata.get("name", ""),
                                                 namespace=metadata.get("namespace"), from_version=obj["apiVersion"],
                                                 to_version=target, notes=notes))
+
+
+# Object metadata an upgraded object can carry: its own, its pod template's, a CronJob's job and pod templates'.
+_METADATA_PATHS = (("metadata",), ("spec", "template", "metadata"), ("spec", "jobTemplate", "metadata"),
+                   ("spec", "jobTemplate", "spec", "template", "metadata"))
+
+
+def _drop_initializers(obj: JsonObject) -> tuple[str, ...]:
+    """Removes ``initializers`` (an ObjectMeta field removed in Kubernetes 1.14) wherever object metadata sits."""
+    notes = []
+    for path in _METADATA_PATHS:
+        metadata: Any = obj
+        for step in path:
+            metadata = metadata.get(step) if isinstance(metadata, dict) else None
+        if isinstance(metadata, dict) and "initializers" in metadata:
+            del metadata["initializers"]
+            notes.append(f"{'.'.join(path)}.initializers dropped: the field was removed in Kubernetes 1.14")
+    return tuple(notes)
 
 
 def _upgrade_one(obj: JsonObject, served: ServedPredicate) -> _Converted | UnservedObject:

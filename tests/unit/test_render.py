@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kfdef_operator.build.kustomize import build
 from kfdef_operator.api.kfdef import KfDef, Parameter, parse_kfdef
 from kfdef_operator.build.render import (NAMESPACE_TRANSFORMER_FILE, RenderError, drop_numeric_field_specs,
                                    for_kustomize_v5, generate_name_suffix, merge_package, render,
@@ -202,20 +203,49 @@ def test_legacy_render_matches_golden_and_keeps_spec_order(legacy):
     check_golden("local-legacy.objects.yaml", {a.name: a.objects for a in rendered})
 
 
-def test_namespace_objects_keep_their_names(legacy):
+def test_namespace_objects_of_legacy_packages_keep_their_names(legacy):
     _, rendered = legacy
-    istio, _, _, _, profiles, _ = rendered
+    istio = rendered[0]
     assert set(by_kind(istio, "Namespace")) == {"istio-system", "knative-serving"}
     assert by_kind(istio, "ServiceAccount")["istio-ingressgateway-service-account"]["metadata"]["namespace"] == "istio-system"
-    assert set(by_kind(profiles, "Namespace")) == {"kubeflow-user-example"}
-    assert by_kind(profiles, "ConfigMap")["profile-defaults"]["metadata"]["namespace"] == "kubeflow-profiles"
 
 
-def test_plain_mode_defaults_the_namespace_through_a_wrapper(legacy):
+def test_plain_entry_points_build_exactly_as_kustomize_does(legacy):
+    # Nothing added (objects without a namespace get the KfDef's from the operator), v5's namespace meaning.
     _, rendered = legacy
-    statefulset = by_kind(rendered[1], "StatefulSet")["application-controller"]
-    assert statefulset["metadata"]["namespace"] == "kubeflow"
-    assert "namespace" not in by_kind(rendered[1], "CustomResourceDefinition")["applications.app.k8s.io"]["metadata"]
+    for app, path in ((rendered[1], "application/v3"), (rendered[4], "profiles/namespaced")):
+        assert app.objects == build(MANIFESTS / path, load_restrictor_none=False)
+    assert "namespace" not in by_kind(rendered[1], "StatefulSet")["application-controller"]["metadata"]
+    assert set(by_kind(rendered[4], "Namespace")) == {"kubeflow-profiles"}
+
+
+def test_a_plain_entry_point_has_the_whole_repository(tmp_path):
+    kfdef = write_kfdef({"name": "kubeflow", "kustomizeConfig": {"repoRef": {"name": "manifests",
+                                                                              "path": "modern/example"}}})
+    [app] = render(kfdef, local_sources(), tmp_path)
+    assert app.mode == "plain"
+    assert app.objects == build(MANIFESTS / "modern" / "example", load_restrictor_none=False)
+    assert by_kind(app, "ConfigMap")["gateway-config"]["data"]["host"] == "gateway.gateway-system.svc.cluster.local"
+    assert set(by_kind(app, "Namespace")) == {"dashboards", "gateway-system"}
+    assert not (tmp_path / "kustomize" / "kubeflow").exists(), "built in place, not copied"
+
+
+def test_stacks_mode_builds_a_tree_written_for_kustomize_v5_as_v5_does(tmp_path):
+    # Its replacements read namespaces, its patches name renamed Namespaces: no v3 rewrite anywhere.
+    kfdef = write_kfdef({"name": "kubeflow-apps", "kustomizeConfig": {"repoRef": {"name": "manifests",
+                                                                                   "path": "modern/example"}}})
+    [app] = render(kfdef, local_sources(), tmp_path)
+    assert app.objects == build(MANIFESTS / "modern" / "example", load_restrictor_none=True)
+    assert by_kind(app, "ConfigMap")["gateway-config"]["data"]["host"] == "gateway.gateway-system.svc.cluster.local"
+    assert not list((tmp_path / "repos").rglob(NAMESPACE_TRANSFORMER_FILE))
+
+
+def test_stacks_mode_rewrites_only_the_v3_kustomizations_that_need_it(tmp_path):
+    render(kfdef_from("local-stacks.yaml"), local_sources(), tmp_path)
+    rewritten = sorted(str(path.parent.relative_to(tmp_path / "repos" / "manifests"))
+                       for path in (tmp_path / "repos").rglob(NAMESPACE_TRANSFORMER_FILE))
+    # istio-install/base holds Namespaces istio-system and knative-serving; kubeflow-apps' tree holds none.
+    assert rewritten == ["istio/istio-install/base"]
 
 
 def test_legacy_params_overlays_and_patches_land_in_objects(legacy):

@@ -17,7 +17,7 @@ SAMPLES = sorted([*KFDEFS.glob("*.yaml"), KFDEFS / "demo" / "kfdef.yaml"])
 def test_there_are_samples_for_the_demo_and_each_kubeflow_era():
     names = {p.name for p in SAMPLES}
     assert {"kfdef.yaml", "kubeflow-v1.0.2-k8s-istio.yaml", "kubeflow-v1.2.0-stacks.yaml",
-            "kubeflow-v1.9.1-kustomize.yaml"} <= names
+            "kubeflow-v1.11.0-kustomize.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)

@@ -11,8 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kfdef_operator.upgrade.convert import (
+    API_APPROVAL_ANNOTATION,
     POLICY_OFF,
+    UNAPPROVED,
     UnservedApiVersions,
+    is_protected_group,
     is_structural,
     served_for_release,
     served_resources_for_release,
@@ -179,6 +182,51 @@ def test_notes_name_what_could_not_be_kept_exactly():
     assert "empty selector removed" in notes["placeholder"][0]
     assert notes["ml-pipeline"] == ()
     assert "example.com/rack" in notes["external-db"][0]
+
+
+def test_what_v1_refuses_is_repaired_and_each_repair_is_a_note():
+    result = upgrade_objects(load("v1-requirements.before.yaml"), SERVED_1_36)
+    notes = {item.name: item.notes for item in result.upgraded}
+    [approval] = notes["applications.app.k8s.io"]
+    assert f"{API_APPROVAL_ANNOTATION}: {UNAPPROVED!r} added" in approval
+    assert notes["volumesnapshots.snapshot.storage.k8s.io"] == () and notes["things.notk8s.io"] == ()
+    assert notes["profiles-deployment"] == (
+        "metadata.initializers dropped: the field was removed in Kubernetes 1.14",
+        "spec.template.metadata.initializers dropped: the field was removed in Kubernetes 1.14")
+    assert [note.split(" (")[0] for note in notes["inferenceservice.serving.kubeflow.org"]] == [
+        "webhook inferenceservice.kfserving-webhook-server.pod-mutator: repeated name, this one renamed to "
+        f"inferenceservice-{n}.kfserving-webhook-server.pod-mutator" for n in (3, 4)]
+
+
+@pytest.mark.parametrize(("group", "protected"), [
+    ("k8s.io", True), ("app.k8s.io", True), ("kubernetes.io", True), ("x.kubernetes.io", True),
+    ("notk8s.io", False), ("k8s.io.example.com", False), ("kubeflow.org", False)])
+def test_protected_groups_are_k8s_io_and_kubernetes_io_and_their_subgroups(group, protected):
+    assert is_protected_group(group) is protected
+
+
+def test_the_approval_value_is_one_the_server_accepts_without_claiming_a_review():
+    # GetAPIApprovalState: a URL means approved, a value starting with "unapproved" is accepted and flagged.
+    assert UNAPPROVED.startswith("unapproved") and "://" not in UNAPPROVED
+
+
+def test_renamed_webhooks_stay_fully_qualified_dns_names():
+    long_label = "w" * 63
+    webhooks = [{"name": f"{long_label}.example.com", "sideEffects": "None"} for _ in range(12)]
+    config = {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "ValidatingWebhookConfiguration",
+              "metadata": {"name": "many"}, "webhooks": webhooks}
+    [converted] = upgrade_objects([config], SERVED_1_36).objects
+    names = [webhook["name"] for webhook in converted["webhooks"]]
+    assert len(set(names)) == 12 and names[0] == f"{long_label}.example.com"
+    assert names[-1] == f"{'w' * 60}-12.example.com"
+    assert all(len(name.split(".")[0]) <= 63 and name.endswith(".example.com") for name in names)
+
+
+def test_served_objects_keep_initializers_and_duplicates_untouched():
+    # Only upgraded objects are repaired; a served object reaches the server as written.
+    served = deployment()
+    served["spec"]["template"]["metadata"]["initializers"] = {"pending": []}
+    assert upgrade_objects([served], SERVED_1_36).objects[0] is served
 
 
 def test_summary_counts_kinds():
