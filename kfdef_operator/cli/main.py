@@ -113,25 +113,11 @@ def _upgrade_rendered(rendered: list[RenderedApplication], served: upgrade.Serve
     except upgrade.UnservedApiVersions as exc:
         raise BadInput(f"{len(exc.objects)} objects use API versions Kubernetes does not serve (--api-upgrade "
                        f"{policy}): " + "; ".join(item.describe() for item in exc.objects)) from None
-    # The result keeps the input order: served objects are the same dicts, unconvertible ones are left out (and
-    # listed in order in result.unserved), every other one is replaced by its converted copy.
     per_app: list[list[dict[str, Any]]] = [[] for _ in rendered]
-    outputs, refused = iter(result.objects), iter(result.unserved)
-    next_output, next_refused = next(outputs, None), next(refused, None)
-    for index, obj in flat:
-        if next_output is obj or not _is_refused(obj, next_refused):
-            per_app[index].append(next_output)
-            next_output = next(outputs, None)
-        else:
-            next_refused = next(refused, None)
+    for origin, obj in zip(result.origin, result.objects):
+        per_app[flat[origin][0]].append(obj)
     apps = [dataclasses.replace(app, objects=objects) for app, objects in zip(rendered, per_app)]
     return apps, result
-
-
-def _is_refused(obj: dict[str, Any], refused: "upgrade.UnservedObject | None") -> bool:
-    meta = obj.get("metadata") or {}
-    return refused is not None and (refused.kind, refused.name, refused.namespace, refused.api_version) == (
-        obj.get("kind", ""), meta.get("name", ""), meta.get("namespace"), obj.get("apiVersion", ""))
 
 
 def _print_upgrades(stream: TextIO, target: str, result: upgrade.UpgradeResult) -> None:

@@ -312,8 +312,7 @@ class Reconciler:
             raise Fail("UnservedApiVersions", str(error), retry=False) from None
         except ValueError as error:
             raise Fail("InvalidSpec", f"{API_UPGRADE_ANNOTATION}: {error}", retry=False) from None
-        application_of = {_identity(obj): app for app, obj in objects}
-        desired = build_desired(((application_of.get(_identity(obj), ""), obj) for obj in upgraded.objects),
+        desired = build_desired(((objects[index][0], obj) for index, obj in zip(upgraded.origin, upgraded.objects)),
                                 self.discovery, default_namespace=kfdef.namespace,
                                 namespaces=self.settings.namespaces)
         stack.desired, stack.resources = desired.objects, desired.resources
@@ -328,7 +327,8 @@ class Reconciler:
         if desired.duplicates:
             stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
         stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
-                                      "kinds": sorted({u.kind for u in upgraded.upgraded})}
+                                      "kinds": sorted({u.kind for u in upgraded.upgraded}),
+                                      "notes": [cond.truncate(n, 256) for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]}
         return desired, upgraded.summary() if upgraded.upgraded else ""
 
     async def _record_intent(self, stack: Stack) -> None:
@@ -513,9 +513,3 @@ class Reconciler:
             writer.forget()
         # Watches of kinds no remaining KfDef holds are closed: at rest, only needed watches stay open.
         await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
-
-
-def _identity(obj: JSON) -> tuple[str, str, str]:
-    """What an API-version upgrade keeps: kind, namespace and name."""
-    meta = obj.get("metadata") or {}
-    return obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", "")

@@ -104,11 +104,20 @@ class UnservedObject:
 
 @dataclass
 class UpgradeResult:
-    """The objects to apply (served versions only) and what was upgraded or left out."""
+    """The objects to apply (served versions only) and what was upgraded or left out.
+
+    ``origin[i]`` is the index in the input of ``objects[i]``, so callers keep whatever they know of each
+    object (its application) without matching objects again.
+    """
 
     objects: list[JsonObject]
+    origin: list[int] = field(default_factory=list)
     upgraded: list[UpgradedObject] = field(default_factory=list)
     unserved: list[UnservedObject] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """Every note of every upgraded object, prefixed with the object (for status and the CLI)."""
+        return [f"{item.kind} {item.name}: {note}" for item in self.upgraded for note in item.notes]
 
     def summary(self) -> str:
         """One line for a status message or an Event, e.g. ``upgraded 3 objects (Deployment 2, Ingress 1)``."""
@@ -1080,16 +1089,17 @@ def upgrade_objects(objects: list[JsonObject], served: ServedApis, policy: str =
     if policy == POLICY_OFF:
         if unserved:
             raise UnservedApiVersions([_unserved(obj, f"API upgrade policy is {POLICY_OFF}") for obj in unserved])
-        return UpgradeResult(objects=list(objects))
+        return UpgradeResult(objects=list(objects), origin=list(range(len(objects))))
     outcomes = {id(obj): _upgrade_one(obj, is_served) for obj in unserved}
     result = UpgradeResult(objects=[])
-    for obj in objects:
+    for index, obj in enumerate(objects):
         outcome = outcomes.get(id(obj), obj)
         if isinstance(outcome, UnservedObject):
             result.unserved.append(outcome)
-        elif isinstance(outcome, _Converted):
-            result.objects.append(outcome.obj)
+            continue
+        if isinstance(outcome, _Converted):
             result.upgraded.append(outcome.record)
-        else:
-            result.objects.append(outcome)
+            outcome = outcome.obj
+        result.objects.append(outcome)
+        result.origin.append(index)
     return result

@@ -398,3 +398,17 @@ def test_any_v1beta1_crd_converts_to_a_structural_v1_crd(schema, preserve):
     for converted in crd_schemas(crd):
         assert is_structural(converted) == []
         assert structural_schema(converted, preserve_unknown_fields=False)[0] == converted  # structural: kept
+
+
+def test_each_result_object_knows_its_index_in_the_input():
+    """Callers keep what they know of each object (its application) by index, never by matching objects again."""
+    objects = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "served"}},
+        {"apiVersion": "policy/v1beta1", "kind": "PodSecurityPolicy", "metadata": {"name": "left-out"}},
+        {"apiVersion": "extensions/v1beta1", "kind": "Deployment", "metadata": {"name": "converted"},
+         "spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": []}}}},
+    ]
+    result = upgrade_objects(objects, served_for_release("1.36"))
+    assert result.origin == [0, 2]
+    assert [obj["metadata"]["name"] for obj in result.objects] == ["served", "converted"]
+    assert result.objects[0] is objects[0] and result.objects[1]["apiVersion"] == "apps/v1"
