@@ -44,12 +44,12 @@ class DesiredState:
 
 def crd_scopes(objects: Iterable[JSON]) -> dict[tuple[str, str], bool]:
     """``{(apiVersion, kind): namespaced}`` for every version of every CRD among ``objects``."""
-    scopes = {}
+    scopes: dict[tuple[str, str], bool] = {}
     for obj in objects:
         if obj.get("kind") != "CustomResourceDefinition":
             continue
         spec = obj.get("spec") or {}
-        kind = (spec.get("names") or {}).get("kind")
+        kind = str((spec.get("names") or {}).get("kind", ""))
         for version in spec.get("versions") or [{"name": spec.get("version")}]:
             scopes[(f"{spec.get('group')}/{version.get('name')}", kind)] = spec.get("scope", "Namespaced") == "Namespaced"
     return scopes

@@ -73,9 +73,9 @@ def verdict(stack: Stack, live: LiveView, *, health_timeout: float, now: float) 
 
 def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
     """Counts for the whole stack and per application."""
-    rows = {name: dict.fromkeys(_COUNTS, 0) | {"name": name} for name in stack.applications}
+    counts: dict[str, dict[str, int]] = {name: dict.fromkeys(_COUNTS, 0) for name in stack.applications}
     for ref, app in stack.application_of.items():
-        row = rows.setdefault(app, dict.fromkeys(_COUNTS, 0) | {"name": app})
+        row = counts.setdefault(app, dict.fromkeys(_COUNTS, 0))
         row["total"] += 1
         change = stack.changes.get(ref)
         if change is not None and change.ok:
@@ -85,11 +85,11 @@ def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
                 row["ready"] += 1
         elif change is not None:
             row["failed"] += 1
-    summary: JSON = {key: sum(r[key] for r in rows.values()) for key in _COUNTS}
+    summary: JSON = {key: sum(r[key] for r in counts.values()) for key in _COUNTS}
     summary["total"] += len(stack.rejected)
     summary["failed"] += len(stack.rejected)
     summary["upgraded"] = (stack.reported.get("upgrades") or {}).get("count", 0)
-    return summary, list(rows.values())
+    return summary, [{"name": name, **row} for name, row in counts.items()]
 
 
 def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float) -> JSON:

@@ -384,11 +384,11 @@ class ResourceManager:
                 else:
                     result.changes.extend([change])
             gone = await self._gather([self._wait_gone(ref, version, wave_timeout) for ref, version in pending])
-            for (ref, _), answer in zip(pending, gone):
-                if answer is True:
+            for (ref, _), waited in zip(pending, gone):
+                if waited is True:
                     result.changes.extend([Change(ref, Action.DELETED)])
                 else:
-                    result.remaining.append((ref, answer if isinstance(answer, str) else f"still there: {answer}"))
+                    result.remaining.append((ref, waited if isinstance(waited, str) else f"still there: {waited}"))
             done += len(wave)
             if progress is not None:
                 await progress("teardown", done, len(inventory))
