@@ -3,9 +3,11 @@
 Rendering a Kubeflow stack runs kustomize over hundreds of objects (seconds);
 an operator restart re-reconciles every KfDef. The result of a render is
 fully determined by the KfDef (spec, name, namespace, uid), the revisions of
-its sources, the kustomize binary and this operator's version, so it is
-stored under a digest of those, one file per KfDef (the latest render only).
-A missing, stale or unreadable entry just means rendering again.
+its sources, the renderer's settings (the kustomize binary, the remote-bases
+policy) and this operator's version, so it is stored under a digest of those,
+one file per KfDef (the latest render only). A missing, stale, unreadable or
+malformed entry just means rendering again: entries are JSON, checked field by
+field (:func:`applications_from_json`) like the answer of a render process.
 """
 
 from __future__ import annotations
@@ -19,69 +21,90 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from kfdef_operator import __version__
-from kfdef_operator.build.kustomize import KustomizeError, kustomize_command
 from kfdef_operator.api.kfdef import KfDef
-from kfdef_operator.build.render import RenderedApplication
-from kfdef_operator.source.resolve import ResolvedSource
 from kfdef_operator.api.types import JSON
+from kfdef_operator.build.confinement import path_segment
+from kfdef_operator.build.render import MODES, RenderedApplication
+from kfdef_operator.build.safe_yaml import MAX_DEPTH, nesting_depth
+from kfdef_operator.source.resolve import ResolvedSource
 
 log = logging.getLogger(__name__)
-
 Renderer = Callable[[KfDef, Mapping[str, ResolvedSource], Path], list[RenderedApplication]]
 
 
-def _kustomize_identity() -> str:
-    """Which kustomize renders: its path and modification time (a rebuilt binary is another one)."""
-    try:
-        command = kustomize_command()
-        return f"{command}:{os.stat(command[0]).st_mtime_ns}"
-    except (KustomizeError, OSError) as error:
-        return f"unavailable: {error}"  # the render itself will report it
-
-
-def render_key(body: JSON, sources: Mapping[str, ResolvedSource]) -> str:
-    """Digest of everything a render depends on."""
+def render_key(body: JSON, sources: Mapping[str, ResolvedSource], settings: str) -> str:
+    """Digest of everything a render depends on; ``settings`` describes the renderer's own."""
     meta = body.get("metadata") or {}
     identity = {
         "spec": body.get("spec") or {},
         "kfdef": [meta.get("namespace"), meta.get("name"), meta.get("uid")],
         "revisions": sorted((s.name, s.revision, str(s.local_path)) for s in sources.values()),
         "operator": __version__,
-        "kustomize": _kustomize_identity(),
+        "renderer": settings,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 
-class RenderCache:
-    """One cached render per KfDef under ``root``; ``render`` is the renderer used on a miss."""
+def applications_to_json(rendered: list[RenderedApplication]) -> list[JSON]:
+    return [{"name": a.name, "mode": a.mode, "objects": a.objects, "seconds": a.seconds, "warnings": list(a.warnings)}
+            for a in rendered]
 
-    def __init__(self, root: Path, renderer: Renderer) -> None:
+
+def applications_from_json(data: Any) -> list[RenderedApplication]:
+    """Rendered applications from JSON written by :func:`applications_to_json`, checked field by field (the
+    writer may be a process that handled untrusted manifests); raises ``ValueError`` when anything is off."""
+    if not isinstance(data, list):
+        raise ValueError("applications must be a list")
+    result = []
+    for index, app in enumerate(data):
+        if not isinstance(app, dict):
+            raise ValueError(f"application {index} is not an object")
+        name, mode, objects = app.get("name"), app.get("mode"), app.get("objects")
+        seconds, warnings = app.get("seconds", 0.0), app.get("warnings", [])
+        if not isinstance(name, str) or mode not in MODES:
+            raise ValueError(f"application {index} has no valid name or mode")
+        if not (isinstance(objects, list) and all(isinstance(o, dict) for o in objects)):
+            raise ValueError(f"application {name!r}: objects must be a list of objects")
+        if any(nesting_depth(o) > MAX_DEPTH for o in objects):
+            raise ValueError(f"application {name!r}: an object nests deeper than {MAX_DEPTH} levels")
+        if not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
+            raise ValueError(f"application {name!r}: warnings must be a list of strings")
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            raise ValueError(f"application {name!r}: seconds must be a number")
+        result.append(RenderedApplication(name, mode, objects, float(seconds), tuple(warnings)))
+    return result
+
+
+class RenderCache:
+    """One cached render per KfDef under ``root``; ``renderer`` renders on a miss, ``settings`` describes what
+    else its result depends on (for the key)."""
+
+    def __init__(self, root: Path, renderer: Renderer, settings: Callable[[], str]) -> None:
         self.root = root
         self._renderer = renderer
+        self._settings = settings
 
-    def _path(self, body: JSON) -> Path:
-        meta = body.get("metadata") or {}
-        return self.root / f"{meta.get('namespace')}_{meta.get('name')}.json"
+    def _path(self, kfdef: KfDef) -> Path:
+        return self.root / f"{path_segment(kfdef.namespace)}_{path_segment(kfdef.name)}.json"
 
     def render(self, body: JSON, kfdef: KfDef, sources: Mapping[str, ResolvedSource],
                workdir: Path) -> list[RenderedApplication]:
         """The KfDef's rendered applications, from the cache when nothing they depend on changed."""
-        key = render_key(body, sources)
-        path = self._path(body)
+        key = render_key(body, sources, self._settings())
+        path = self._path(kfdef)
         try:
-            entry = json.loads(path.read_text())
-            if entry.get("key") == key:
-                return [RenderedApplication(a["name"], a["mode"], a["objects"], 0.0, tuple(a["warnings"]))
-                        for a in entry["applications"]]
-        except (OSError, ValueError, KeyError, TypeError):
+            entry = json.loads(path.read_bytes())
+            if isinstance(entry, dict) and entry.get("key") == key:
+                return [RenderedApplication(a.name, a.mode, a.objects, 0.0, a.warnings)
+                        for a in applications_from_json(entry.get("applications"))]
+        except (OSError, ValueError, RecursionError):
             pass  # no usable entry: render
         rendered = self._renderer(kfdef, sources, workdir)
         self._store(path, key, rendered)
         return rendered
 
     def _store(self, path: Path, key: str, rendered: list[RenderedApplication]) -> None:
-        entry = {"key": key, "applications": [
-            {"name": a.name, "mode": a.mode, "objects": a.objects, "warnings": list(a.warnings)} for a in rendered]}
+        entry = {"key": key, "applications": applications_to_json(rendered)}
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile("w", dir=self.root, delete=False, suffix=".tmp") as handle:

@@ -15,7 +15,15 @@ Three modes, chosen per KfDef / application (reference sections 5 and 6):
   ``<workdir>/kustomize/<app>/kustomization.yaml`` whose only resource is the package (in the repo copy).
   No namespace, overlays or parameters.
 
-Legacy and stacks builds use kustomize's load restrictor ``none`` (kfctl >= 1.1 did).
+Builds read only the tree the KfDef names (docs/security.md, "Builds"): the package copy in legacy mode, the
+repository in plain mode (built in place) and stacks mode (its copy; kfctl's stacks reference files outside the
+package), plus the generated wrappers. Copies keep symlinks, and one resolving outside the copy fails the render.
+Before kustomize runs, ``confinement.walk`` checks every reference the build would follow and refuses remote ones
+unless remote bases are allowed. kustomize then gets the load restrictor ``LoadRestrictionsRootOnly`` where that
+suffices (always for a plain entry point, as ``kustomize build`` does) and ``LoadRestrictionsNone`` (which kfctl >=
+1.1 always used) only where the walk proved the whole tree inside. The operator's own reads and writes in the
+copies stay inside them too: ``configurations:`` entries outside are left alone, json6902 patch paths outside fail
+the render, and aggregated patch files get a safe file name.
 
 kustomize v3.2 (kfctl's) vs v5, handled in the work-dir copy (the source cache is never modified):
 
@@ -67,13 +75,15 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import yaml
 
-from kfdef_operator.build import kustomize, v3_namespace
 from kfdef_operator.api.kfdef import Application, KfDef, Parameter, project_of
+from kfdef_operator.build import confinement, kustomize, safe_yaml, v3_namespace
+from kfdef_operator.build.confinement import KUSTOMIZATION_FILES
 from kfdef_operator.source.resolve import ResolvedSource
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["legacy", "stacks", "plain"]
+MODES: tuple[Mode, ...] = ("legacy", "stacks", "plain")
 NAMESPACE_TRANSFORMER_FILE = "kfdef-namespace-transformer.yaml"
 PARAMS_ENV = "params.env"
 _AUTO_FILLED = ("appName", "namespace", "project")
@@ -91,12 +101,14 @@ class RenderedApplication:
 
 
 class RenderError(RuntimeError):
-    """An application could not be rendered; ``application`` names it."""
+    """An application could not be rendered; ``application`` names it. ``subject`` replaces "application 'x'" at
+    the start of the text when the failure is not one application's (a repository, the whole render)."""
 
-    def __init__(self, application: str, message: str):
+    def __init__(self, application: str, message: str, *, subject: str | None = None):
         self.application = application
         self.message = message
-        super().__init__(f"application {application!r}: {message}")
+        self.subject = subject
+        super().__init__(f"{subject or f'application {application!r}'}: {message}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -149,7 +161,7 @@ class MergedPackage:
 
 def _rebase(child_dir: str, reference: str) -> str:
     """A path written in ``child_dir``'s kustomization, re-expressed relative to the package root."""
-    if kustomize.is_remote(reference) or "\n" in reference:  # remote targets and inline patches stay as they are
+    if confinement.is_remote(reference) or "\n" in reference:  # remote targets and inline patches stay as they are
         return reference
     return posixpath.normpath(posixpath.join(child_dir, reference))
 
@@ -278,15 +290,27 @@ def merge_package(base: Mapping[str, Any] | None, overlays: Sequence[tuple[str, 
     return MergedPackage(kustomization, json6902_files, merger.warnings)
 
 
+_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def aggregated_patch_file(key: str) -> str:
+    """The file name of a json6902 patch group: kfctl's ``<name>-<Kind>.yaml`` when that is a plain file name,
+    else (a target name with ``/``, ``..`` or other characters no Kubernetes name has) one derived from a digest,
+    so the file is always written in the package directory itself."""
+    if _PLAIN_FILE_NAME.fullmatch(key) and ".." not in key:
+        return f"{key}.yaml"
+    return f"json6902-{hashlib.sha256(key.encode()).hexdigest()[:16]}.yaml"
+
+
 def _aggregate_json6902(parent: dict[str, Any]) -> dict[str, list[str]]:
-    """Step 6: one patch entry and one concatenated file ``<name>-<Kind>.yaml`` per target name and kind."""
+    """Step 6: one patch entry and one concatenated file (``aggregated_patch_file``) per target name and kind."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for patch in parent["patchesJson6902"]:
         target = patch["target"]
         groups.setdefault(f"{target.get('name', '')}-{target.get('kind', '')}", []).append(patch)
-    parent["patchesJson6902"] = [{"target": patches[0]["target"], "path": f"{key}.yaml"}
+    parent["patchesJson6902"] = [{"target": patches[0]["target"], "path": aggregated_patch_file(key)}
                                  for key, patches in groups.items()]
-    return {f"{key}.yaml": [p["path"] for p in patches if "path" in p] for key, patches in groups.items()}
+    return {aggregated_patch_file(key): [p["path"] for p in patches if "path" in p] for key, patches in groups.items()}
 
 
 def namespace_transformer(namespace: str) -> dict[str, Any]:
@@ -358,27 +382,32 @@ def _keep_specs(specs: Iterable[Any], dropped: list[str]) -> list[Any]:
 # ---------------------------------------------------------------------------------------------------------
 
 def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *, max_workers: int = 4,
-           progress: Callable[[RenderedApplication], None] | None = None,
-           timeout: float = 120) -> list[RenderedApplication]:
+           progress: Callable[[RenderedApplication], None] | None = None, timeout: float = 120,
+           binary: kustomize.KustomizeBinary | None = None,
+           allow_remote_bases: bool = False) -> list[RenderedApplication]:
     """Render every application of ``kfdef`` (in parallel) and return them in spec order.
 
     ``sources`` maps repo names to resolved local trees; ``workdir`` is this KfDef's private work directory
-    (its ``kustomize/`` is recreated). ``progress`` is called as each application finishes.
+    (its ``kustomize/`` and kustomize's ``home/`` are recreated). ``progress`` is called as each application
+    finishes. ``binary`` is the kustomize to run (default: ``kustomize.find_kustomize()``); ``allow_remote_bases``
+    lets kustomizations name remote bases and URLs (refused by default).
     Raises ``RenderError`` naming the first failing application in spec order (and how many others failed).
     """
     workdir = Path(workdir).resolve()
-    shutil.rmtree(workdir / "kustomize", ignore_errors=True)
+    for sub in ("kustomize", "home"):
+        shutil.rmtree(workdir / sub, ignore_errors=True)
     (workdir / "kustomize").mkdir(parents=True)
+    binary = binary or kustomize.find_kustomize()
 
     if kfdef.uses_stacks:
         sources = {name: _stacks_copy(source, workdir, _entry_paths(kfdef, name)) for name, source in sources.items()}
 
     def one(app: Application) -> RenderedApplication:
         started = time.monotonic()
-        mode, build_dir, warnings = _prepare(kfdef, app, sources, workdir)
-        # kfctl (>= 1.1) built with load restrictor none; a plain entry point builds as `kustomize build` does.
-        objects = kustomize.build(build_dir, load_restrictor_none=mode != "plain", timeout=timeout,
-                                  application=app.name)
+        mode, build_dir, tree, warnings = _prepare(kfdef, app, sources, workdir)
+        restrictor = _confine(app, mode, build_dir, tree, allow_remote_bases)
+        objects = kustomize.build(build_dir, binary=binary, home=workdir / "home", load_restrictor=restrictor,
+                                  timeout=timeout, application=app.name)
         result = RenderedApplication(app.name, mode, objects, time.monotonic() - started, tuple(warnings))
         if progress:
             progress(result)
@@ -410,9 +439,26 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _confine(app: Application, mode: Mode, build_dir: Path, tree: Path, allow_remote_bases: bool) -> str:
+    """The load restrictor for building ``build_dir``, once ``confinement.walk`` found every reference inside
+    ``tree`` (or the generated ``build_dir``); raises ``RenderError`` listing what it refused. A plain entry point
+    always gets kustomize's default, ``LoadRestrictionsRootOnly``."""
+    ref = app.kustomize_config.repo_ref  # type: ignore[union-attr]
+    roots = {tree: f"{ref.name}:{ref.path.rstrip('/')}/" if mode == "legacy" else f"{ref.name}:"}
+    roots.setdefault(build_dir, f"(generated for {app.name})/")
+    found = confinement.walk(build_dir, roots, allow_remote=allow_remote_bases)
+    if found.violations:
+        shown = "; ".join(str(v) for v in found.violations[:5])
+        more = f" (and {len(found.violations) - 5} more)" if len(found.violations) > 5 else ""
+        raise RenderError(app.name, f"refused to build: {shown}{more}. A build may read only files of the "
+                                    "repository the KfDef names")
+    return confinement.LOAD_RESTRICTIONS_ROOT_ONLY if mode == "plain" else found.load_restrictor
+
+
 def _prepare(kfdef: KfDef, app: Application, sources: Mapping[str, ResolvedSource],
-             workdir: Path) -> tuple[Mode, Path, list[str]]:
-    """Write the kustomization(s) for ``app``; return its mode, the directory to build and warnings."""
+             workdir: Path) -> tuple[Mode, Path, Path, list[str]]:
+    """Write the kustomization(s) for ``app``; return its mode, the directory to build, the tree the build may
+    read (the package or repository copy) and warnings."""
     if app.kustomize_config is None:
         raise RenderError(app.name, "has no kustomizeConfig")
     ref = app.kustomize_config.repo_ref
@@ -425,22 +471,22 @@ def _prepare(kfdef: KfDef, app: Application, sources: Mapping[str, ResolvedSourc
         _write_yaml(app_dir / "kustomization.yaml", {
             "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
             "resources": [os.path.relpath(package, app_dir)]})
-        return "stacks", app_dir, []
+        return "stacks", app_dir, source.local_path, []
     if not _has_kustomization(package / "base"):
         if not _has_kustomization(package):
             raise RenderError(app.name, f"{ref.name}:{ref.path} has neither base/kustomization.yaml nor a "
                                         "kustomization.yaml; check repoRef.path")
-        return "plain", package, []
-    shutil.copytree(package, app_dir, symlinks=False)
+        return "plain", package, source.local_path, []
+    _copy_tree(package, app_dir, app.name, f"{ref.name}:{ref.path.rstrip('/')}/")
     warnings = _make_copy_v5_compatible(app_dir, app.name)
     base = _read_kustomization(app_dir / "base", app.name)
     assert base is not None
     _write_legacy_kustomization(kfdef, app, app_dir, base, warnings)
-    return "legacy", app_dir, warnings
+    return "legacy", app_dir, app_dir, warnings
 
 
 def _has_kustomization(directory: Path) -> bool:
-    return any((directory / name).is_file() for name in kustomize.KUSTOMIZATION_FILES)
+    return any((directory / name).is_file() for name in KUSTOMIZATION_FILES)
 
 
 def _entry_paths(kfdef: KfDef, repo: str) -> list[str]:
@@ -458,11 +504,42 @@ def _stacks_copy(source: ResolvedSource, workdir: Path, paths: Sequence[str]) ->
     stamp = "\n".join([source.revision, *sorted(set(paths))])
     if not (marker.is_file() and marker.read_text() == stamp):
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(source.local_path, target, symlinks=True)
+        _copy_tree(source.local_path, target, source.name, f"{source.name}:", subject=f"repo {source.name!r}")
         for warning in _make_copy_v5_compatible(target, source.name, [target / path for path in paths]):
             log.warning("repo %s: %s", source.name, warning)
         marker.write_text(stamp)
     return dataclasses.replace(source, local_path=target)
+
+
+MAX_COPIED_ENTRIES = 100_000
+"""Most files and directories a package or repository copy may hold (the source limit per archive)."""
+
+
+def _copy_tree(source: Path, target: Path, application: str, shown_as: str, *, subject: str | None = None) -> None:
+    """Copy ``source`` to ``target`` keeping symlinks. Fails, leaving no copy behind, when the tree holds more than
+    :data:`MAX_COPIED_ENTRIES` entries or a symlink resolves outside the copy."""
+    copied = 0
+
+    def count(_directory: str, names: list[str]) -> list[str]:
+        nonlocal copied
+        copied += len(names)
+        if copied > MAX_COPIED_ENTRIES:
+            raise RenderError(application, f"{shown_as} holds more than {MAX_COPIED_ENTRIES} files and directories",
+                              subject=subject)
+        return []
+
+    try:
+        shutil.copytree(source, target, symlinks=True, ignore=count)
+        escaping = [f"{shown_as}{link.relative_to(target).as_posix()} -> {link_target}"
+                    for link, link_target in confinement.escaping_symlinks(target)]
+        if escaping:
+            raise RenderError(application, "symlinks lead outside the tree the KfDef names: "
+                                           + ", ".join(escaping[:5])
+                                           + (f" (and {len(escaping) - 5} more)" if len(escaping) > 5 else ""),
+                              subject=subject)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
 
 
 def _package_dir(app: Application, source: ResolvedSource) -> Path:
@@ -496,16 +573,22 @@ def _write_legacy_kustomization(kfdef: KfDef, app: Application, app_dir: Path, b
     for directory in [app_dir / "base"] + [app_dir / "overlays" / name for name, _ in overlays]:
         params_file = directory / PARAMS_ENV
         if params_file.is_file():
-            params_file.write_text(rewrite_params_env(
+            _write_text(params_file, rewrite_params_env(
                 params_file.read_text(), config.parameters, app_name=kfdef.name, namespace=kfdef.namespace,
                 project=project_of(kfdef), generate_name_suffix=generate_name_suffix(kfdef, app.name)))
     merged = merge_package(base, overlays, config.parameters, kfdef.namespace)
     warnings.extend(merged.warnings)
     for aggregated, parts in merged.json6902_files.items():
+        contents = []
+        for part in parts:
+            if not _inside_copy(app_dir, part):
+                raise RenderError(app.name, f"patchesJson6902 path {part!r} leads outside {config.repo_ref.path}; "
+                                            "a patch must be a file of the package")
+            if (app_dir / part).is_file():
+                contents.append((app_dir / part).read_bytes())
+        _detach(app_dir / aggregated)
         with open(app_dir / aggregated, "ab") as out:  # kfctl appended, so a file already there is kept
-            for part in parts:
-                if (app_dir / part).is_file():
-                    out.write((app_dir / part).read_bytes())
+            out.writelines(contents)
     _write_kustomization_for_v5(app_dir, merged.kustomization)
 
 
@@ -526,9 +609,10 @@ def _make_copy_v5_compatible(root: Path, application: str, entry_points: Sequenc
     for directory in directories:
         path, kustomization = tree.kustomization(directory)  # type: ignore[misc]  # listed: it has one
         for config_name in kustomization.get("configurations") or ():
-            config_path = directory / config_name
-            if config_path.is_file():
-                warnings.extend(_sanitize_configuration(config_path, root))
+            # Entries leaving the copy are not touched here; the build's confinement check refuses them.
+            if isinstance(config_name, str) and _inside_copy(directory, config_name, root) \
+                    and (directory / config_name).is_file():
+                warnings.extend(_sanitize_configuration(directory / config_name, root))
         if directory in rewrite:
             converted, transformer = namespace_as_transformer(kustomization)
             _write_yaml(directory / NAMESPACE_TRANSFORMER_FILE, transformer)
@@ -537,7 +621,10 @@ def _make_copy_v5_compatible(root: Path, application: str, entry_points: Sequenc
 
 
 def _sanitize_configuration(path: Path, app_dir: Path) -> list[str]:
-    config = yaml.load(path.read_text(), Loader=kustomize.SafeLoader)
+    try:
+        config = safe_yaml.read_file(path)
+    except yaml.YAMLError:
+        return []  # kustomize reports it when a build uses it
     if not isinstance(config, Mapping):
         return []
     cleaned, dropped = drop_numeric_field_specs(config)
@@ -549,11 +636,13 @@ def _sanitize_configuration(path: Path, app_dir: Path) -> list[str]:
 
 
 def _read_kustomization(directory: Path, application: str) -> dict[str, Any] | None:
-    for name in kustomize.KUSTOMIZATION_FILES:
+    for name in KUSTOMIZATION_FILES:
         path = directory / name
         if path.is_file():
             try:
-                loaded = yaml.load(path.read_text(), Loader=kustomize.SafeLoader)
+                loaded = safe_yaml.read_file(path)
+            except safe_yaml.YamlLimitError as exc:
+                raise RenderError(application, f"{path.name} in {directory.name}/ is refused: {exc}") from None
             except yaml.YAMLError as exc:
                 raise RenderError(application, f"{path.name} in {directory.name}/ is not valid YAML: {exc}") from None
             if loaded is None:
@@ -566,4 +655,28 @@ def _read_kustomization(directory: Path, application: str) -> dict[str, Any] | N
 
 def _write_yaml(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.dump(data, Dumper=kustomize.SafeDumper, sort_keys=False, default_flow_style=False))
+    _write_text(path, yaml.dump(data, Dumper=safe_yaml.SafeDumper, sort_keys=False, default_flow_style=False))
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``path`` in a copy; a symlink there is replaced, never written through (its target may be another
+    file of the copy, which must keep its own content)."""
+    if path.is_symlink():
+        path.unlink()
+    path.write_text(text)
+
+
+def _detach(path: Path) -> None:
+    """Turn a symlink at ``path`` into a regular file with the same content, so appending does not reach its
+    target."""
+    if path.is_symlink():
+        content = path.read_bytes() if path.exists() else b""
+        path.unlink()
+        path.write_bytes(content)
+
+
+def _inside_copy(directory: Path, reference: str, copy_root: Path | None = None) -> bool:
+    """Whether ``reference``, written in ``directory``, stays inside ``copy_root`` (default ``directory``) under
+    every reading (``confinement.resolve_reference``)."""
+    root = Path(os.path.realpath(copy_root or directory))
+    return all(confinement.inside(target, root) for target in confinement.resolve_reference(directory, reference))

@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from kfdef_operator.build import kustomize
+from kfdef_operator.build import safe_yaml
+from kfdef_operator.build.confinement import KUSTOMIZATION_FILES, is_remote
 
 # Only files with a Namespace document are parsed: most resource files are large CRDs and Deployments.
 _NAMESPACE_KIND = re.compile(r"^kind:\s*[\"']?Namespace[\"']?\s*$", re.MULTILINE)
@@ -100,7 +101,7 @@ class KustomizationTree:
 
     def _resolve(self, directory: Path, reference: object) -> Path | None:
         """The local path a reference names inside the tree; None for remote ones and those leaving the tree."""
-        if not isinstance(reference, str) or kustomize.is_remote(reference):
+        if not isinstance(reference, str) or is_remote(reference):
             return None
         path = (directory / reference).resolve()
         return path if self._inside(path) else None
@@ -114,7 +115,7 @@ class KustomizationTree:
             text = path.read_text()
             if not _NAMESPACE_KIND.search(text):
                 return frozenset()
-            documents = list(yaml.load_all(text, Loader=kustomize.SafeLoader))
+            documents = safe_yaml.load_all(text)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             return None
         return frozenset(str((doc.get("metadata") or {}).get("name")) for doc in documents
@@ -146,11 +147,11 @@ def _needs_v3_meaning(directory: Path, kustomization: Mapping[str, Any], tree: K
 
 
 def _read(directory: Path) -> tuple[Path, dict[str, Any]] | None:
-    for name in kustomize.KUSTOMIZATION_FILES:
+    for name in KUSTOMIZATION_FILES:
         path = directory / name
         if path.is_file():
             try:
-                loaded = yaml.load(path.read_text(), Loader=kustomize.SafeLoader)
+                loaded = safe_yaml.read_file(path)
             except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 return None
             return (path, loaded) if isinstance(loaded, dict) else None

@@ -26,11 +26,12 @@ import yaml
 from kfdef_operator import __version__
 
 from kfdef_operator.upgrade import convert as upgrade
-from kfdef_operator.build.kustomize import KustomizeError, SafeDumper, SafeLoader
+from kfdef_operator.build.kustomize import KustomizeError, find_kustomize
+from kfdef_operator.build.safe_yaml import SafeDumper, SafeLoader
 from kfdef_operator.api.kfdef import InvalidKfDef, parse_kfdef
-from kfdef_operator.build.render import RenderedApplication, RenderError, render
+from kfdef_operator.build.render import RenderedApplication, RenderError
 from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_sources
-from kfdef_operator.controller.runner import register_run
+from kfdef_operator.controller.runner import add_build_arguments, register_run, renderer_from
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -68,6 +69,7 @@ def register_build(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-upgrade", choices=("auto", "off"), default="auto",
                         help="with --target-version: 'auto' (default) converts unserved objects, 'off' fails "
                              "listing them")
+    add_build_arguments(parser)
     parser.set_defaults(handler=run_build)
 
 
@@ -80,6 +82,10 @@ def run_build(args: argparse.Namespace) -> int:
             served = upgrade.served_for_release(args.target_version)
         except ValueError as exc:
             raise BadInput(f"--target-version: {exc}") from None
+    try:
+        renderer = renderer_from(args, max_workers=args.jobs)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     kfdef = parse_kfdef(_load_kfdef_document(kfdef_file), default_name=args.name, default_namespace=args.namespace)
     progress = _Progress(sys.stderr, len(kfdef.applications))
     base_dir = Path.cwd() if kfdef_file == "-" else Path(kfdef_file).resolve().parent
@@ -88,7 +94,7 @@ def run_build(args: argparse.Namespace) -> int:
     sources = resolve_sources(kfdef.repos, SourceCache(args.cache_dir or default_cache_dir()),
                               FetchOptions.from_env(base_dir=base_dir))
     with tempfile.TemporaryDirectory(prefix="kfdef-build-") as workdir:
-        rendered = render(kfdef, sources, Path(workdir), max_workers=args.jobs, progress=progress.done)
+        rendered = renderer(kfdef, sources, Path(workdir), progress=progress.done)
     elapsed = time.monotonic() - started
     progress.finish()
     upgraded = None
@@ -99,6 +105,8 @@ def run_build(args: argparse.Namespace) -> int:
     else:
         _write_directory(Path(args.output), rendered)
     _print_summary(sys.stderr, rendered, elapsed)
+    sys.stderr.write(f"rendered with {find_kustomize().describe()}; remote bases "
+                     f"{'allowed' if renderer.allow_remote_bases else 'refused'}\n")
     if upgraded is not None:
         _print_upgrades(sys.stderr, args.target_version, upgraded)
     return EXIT_OK

@@ -17,6 +17,8 @@ from typing import Any
 import kopf
 
 from kfdef_operator.api.names import GROUP, PLURAL, VERSION
+from kfdef_operator.build.isolated import IsolatedRender
+from kfdef_operator.build.kustomize import KustomizeError, find_kustomize
 from kfdef_operator.controller.reconciler import Reconciler
 from kfdef_operator.controller.server import ProbeServer
 from kfdef_operator.runtime import metrics
@@ -40,6 +42,17 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         memo.server = ProbeServer(reconciler, memo.server_address)
         await memo.server.start()
     log.info("kfdef-operator started against %s", kube.host)
+    _log_renderer(memo.settings.renderer)
+
+
+def _log_renderer(renderer: IsolatedRender) -> None:
+    """Which kustomize renders and under which rules, once at start."""
+    remote = "allowed (--no-remote-bases=false)" if renderer.allow_remote_bases else "refused"
+    try:
+        log.info("rendering with %s; remote bases %s; render limits: %s", find_kustomize().describe(), remote,
+                 renderer.limits.describe())
+    except KustomizeError as error:
+        log.error("%s. Every render fails until this is fixed.", error)
 
 
 @kopf.on.login()

@@ -29,8 +29,10 @@ from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, DIGEST_ANNOTATION,
                                       REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION, kfdef_path)
 from kfdef_operator.api.types import JSON
 from kfdef_operator.build.cache import RenderCache
+from kfdef_operator.build.confinement import path_segment
+from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.build.kustomize import KustomizeError
-from kfdef_operator.build.render import RenderError, render
+from kfdef_operator.build.render import RenderError
 from kfdef_operator.controller.desired import DesiredState, build_desired
 from kfdef_operator.controller.queue import WorkQueue
 from kfdef_operator.runtime import conditions as cond
@@ -68,6 +70,7 @@ class Settings:
     interval: float = 600.0               # default resync interval (spec.interval overrides)
     namespaces: frozenset[str] = frozenset()  # a namespace-scoped operator holds objects only there
     work_threads: int = 4                 # fetches and renders in parallel, across KfDefs
+    renderer: IsolatedRender = field(default_factory=IsolatedRender)  # each render in a limited child process
     teardown_wave_timeout: float = 60.0
 
 
@@ -117,7 +120,7 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.source_cache = SourceCache(settings.work_dir / "sources")
-        self.render_cache = RenderCache(settings.work_dir / "rendered", render)
+        self.render_cache = RenderCache(settings.work_dir / "rendered", settings.renderer, settings.renderer.settings)
         self.discovery = Discovery(kube)
         self.tracker = Tracker(kube, self._on_object_event)
         self.manager = ResourceManager(kube, self.discovery, self.tracker, concurrency=settings.concurrency)
@@ -265,7 +268,8 @@ class Reconciler:
         try:
             await step("Rendering", f"rendering {len(kfdef.applications)} application(s)")
             rendered = await self._in_pool(self.render_cache.render, body, kfdef, sources,
-                                           self.settings.work_dir / "render" / stack.owner.namespace / stack.owner.name)
+                                           self.settings.work_dir / "render" / path_segment(stack.owner.namespace)
+                                           / path_segment(stack.owner.name))
         except (RenderError, KustomizeError) as error:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
         desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])

@@ -7,12 +7,39 @@ import asyncio
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import kopf
 
 from kfdef_operator.api.kfdef import parse_duration
+from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
 from kfdef_operator.controller.reconciler import Settings
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--no-remote-bases``, shared by ``run`` and ``build`` (Flux's kustomize-controller flag, but on by
+    default here)."""
+    parser.add_argument(
+        "--no-remote-bases", type=_boolean, nargs="?", const=True, metavar="true|false",
+        default=os.environ.get("KFDEF_NO_REMOTE_BASES", "").strip() or "true",  # a string default is parsed too
+        help="refuse remote bases and URLs in kustomizations (git repositories, http(s) files); default true, "
+             "or $KFDEF_NO_REMOTE_BASES. --no-remote-bases=false lets kustomize fetch them (docs/security.md)")
+
+
+def renderer_from(args: argparse.Namespace, **settings: int) -> IsolatedRender:
+    """The renderer the command line asks for; render limits come from ``KFDEF_RENDER_*`` (``ValueError`` names a
+    bad one)."""
+    return IsolatedRender(allow_remote_bases=not args.no_remote_bases, limits=RenderLimits.from_env(), **settings)
 
 
 class JsonFormatter(logging.Formatter):
@@ -51,6 +78,7 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
                              "overridden by its spec.interval; jittered by 10%% (default %(default)s)")
     parser.add_argument("--work-threads", type=int, default=4, metavar="N",
                         help="fetches and renders run in parallel, across all KfDefs (default %(default)s)")
+    add_build_arguments(parser)
     parser.set_defaults(handler=run_operator)
 
 
@@ -85,12 +113,17 @@ def run_operator(args: argparse.Namespace) -> int:
     from kfdef_operator.controller import handlers  # noqa: F401  (registers the kopf handlers)
 
     _configure_logging(args.log_format, args.verbose)
+    try:
+        renderer = renderer_from(args)
+    except ValueError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 2
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
     settings = Settings(work_dir=args.work_dir or default_work_dir(), api_upgrade_default=args.api_upgrade,
                         concurrency=args.concurrency, health_timeout=args.health_timeout,
                         interval=_duration(args.interval), namespaces=frozenset(args.namespaces or ()),
-                        work_threads=args.work_threads,
+                        work_threads=args.work_threads, renderer=renderer,
                         teardown_wave_timeout=float(os.environ.get("KFDEF_TEARDOWN_WAVE_TIMEOUT") or 60.0))
     memo = kopf.Memo(kubeconfig=args.kubeconfig, settings=settings, server_address=args.server_address)
     namespaces = args.namespaces or []

@@ -84,7 +84,7 @@ class PlainKustomize:
                 wrapper.mkdir(parents=True)
                 (wrapper / "kustomization.yaml").write_text(
                     yaml.safe_dump({"resources": [os.path.relpath(package, wrapper)]}))
-                self._built[key] = kustomize.build(wrapper, load_restrictor_none=True, timeout=300)
+                self._built[key] = kustomize.build(wrapper, load_restrictor="LoadRestrictionsNone", timeout=300)
         return self._built[key]
 
 

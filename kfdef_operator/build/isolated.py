@@ -1,0 +1,384 @@
+"""Render a KfDef in a child process with resource limits, so untrusted manifests can fail only their own KfDef.
+
+Everything a render does with untrusted bytes (copying the tree, parsing kustomizations, writing the generated ones,
+running kustomize, parsing its output) happens in ``python -P -m kfdef_operator.build.isolated``, started in its
+own session with a scrubbed environment. The child first limits itself (:class:`RenderLimits`; kustomize inherits the
+limits), raises its ``oom_score_adj`` so that the kernel's out-of-memory killer picks a render before the operator,
+then renders with :func:`render.render` and writes its answer as JSON to a file; progress comes as JSON lines on
+stdout. The operator reads only that JSON (bounded, checked field by field), never a pickle or objects of the child.
+
+Whatever happens to the child becomes a :class:`RenderError` naming the limit and the setting that raises it:
+past the wall-time limit the whole process group (kustomize, git) is killed; a child killed by a signal, out of
+memory or CPU time, or unable to write its answer fails only that KfDef. The request travels the other way as a
+pickle: the operator writes it, its own child reads it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import pickle
+import resource
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kfdef_operator.api.kfdef import KfDef
+from kfdef_operator.build.cache import applications_from_json, applications_to_json
+from kfdef_operator.build.kustomize import MINIMAL_PATH, KustomizeBinary, KustomizeError, find_kustomize
+from kfdef_operator.build.render import RenderedApplication, RenderError, render
+from kfdef_operator.source.resolve import ResolvedSource
+
+log = logging.getLogger(__name__)
+
+_MiB = 1024 * 1024
+_GiB = 1024 * _MiB
+ANSWER_FILE = "render-answer.json"
+STDERR_FILE = "render-stderr.txt"
+_MAX_LOG_RECORDS = 100
+_MAX_PROGRESS_LINE = 64 * 1024
+
+
+def _size(text: str) -> int:
+    """``1Gi``, ``512Mi``, ``64Ki`` or a number of bytes."""
+    units = {"Ki": 1024, "Mi": _MiB, "Gi": _GiB}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * factor)
+    return int(text)
+
+
+def _human(size: int) -> str:
+    for factor, unit in ((_GiB, "GiB"), (_MiB, "MiB")):
+        if size >= factor and size % (factor // 16) == 0:
+            return f"{size / factor:g} {unit}"
+    return f"{size} bytes"
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """Limits of one KfDef's render. ``memory_bytes`` is RLIMIT_DATA (heap and other private writable memory)
+    per process, the render process and each kustomize alike: Go reserves far more address space than it uses, so
+    RLIMIT_AS would have to be loose (kustomize v5.8.2 does not start below about 750 MiB of it).
+    ``cpu_seconds`` is RLIMIT_CPU per process, ``file_bytes`` RLIMIT_FSIZE (the largest file a render may write,
+    its answer included), ``wall_seconds`` the whole render's deadline."""
+
+    wall_seconds: float = 600.0
+    cpu_seconds: int = 600
+    memory_bytes: int = _GiB
+    file_bytes: int = 256 * _MiB
+
+    SETTINGS = {"wall": "KFDEF_RENDER_TIMEOUT", "cpu": "KFDEF_RENDER_CPU_SECONDS", "memory": "KFDEF_RENDER_MEMORY",
+                "file size": "KFDEF_RENDER_FILE_SIZE"}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "RenderLimits":
+        """Defaults overridden by ``KFDEF_RENDER_TIMEOUT`` (seconds), ``KFDEF_RENDER_CPU_SECONDS``,
+        ``KFDEF_RENDER_MEMORY`` and ``KFDEF_RENDER_FILE_SIZE`` (bytes, or with Ki/Mi/Gi); raises ``ValueError``
+        naming a bad one."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, variable, parse in (("wall_seconds", "KFDEF_RENDER_TIMEOUT", float),
+                                      ("cpu_seconds", "KFDEF_RENDER_CPU_SECONDS", int),
+                                      ("memory_bytes", "KFDEF_RENDER_MEMORY", _size),
+                                      ("file_bytes", "KFDEF_RENDER_FILE_SIZE", _size)):
+            raw = env.get(variable, "").strip()
+            if raw:
+                try:
+                    values[name] = parse(raw)
+                except ValueError:
+                    raise ValueError(f"{variable}={raw!r} is not a valid value") from None
+                if values[name] <= 0:
+                    raise ValueError(f"{variable} must be positive")
+        return cls(**values)
+
+    def explain(self, limit: str) -> str:
+        """``exceeded the 1 GiB memory limit per process (KFDEF_RENDER_MEMORY)`` for ``limit`` 'memory'."""
+        amount = {"wall": f"{self.wall_seconds:g} s wall-time limit", "cpu": f"{self.cpu_seconds} s CPU-time limit "
+                  "per process", "memory": f"{_human(self.memory_bytes)} memory limit per process",
+                  "file size": f"{_human(self.file_bytes)} file-size limit"}[limit]
+        return f"exceeded the {amount} ({self.SETTINGS[limit]})"
+
+    def describe(self) -> str:
+        return (f"wall {self.wall_seconds:g} s, CPU {self.cpu_seconds} s and memory {_human(self.memory_bytes)} per "
+                f"process, files up to {_human(self.file_bytes)}")
+
+
+@dataclass(frozen=True)
+class IsolatedRender:
+    """The operator's renderer: ``render.render`` in a child process under :class:`RenderLimits`.
+
+    ``allow_remote_bases`` is the inverse of the operator flag ``--no-remote-bases`` (Flux's name; remote bases and
+    URLs in kustomizations are refused unless it is false). ``kustomize_timeout`` bounds each ``kustomize build``.
+    """
+
+    allow_remote_bases: bool = False
+    limits: RenderLimits = field(default_factory=RenderLimits)
+    max_workers: int = 4
+    kustomize_timeout: float = 120.0
+
+    def settings(self) -> str:
+        """What the result depends on besides the KfDef and its sources (part of the render cache key)."""
+        try:
+            binary = find_kustomize().identity
+        except KustomizeError as error:
+            binary = f"unavailable: {error}"  # the render itself reports it
+        return f"kustomize={binary};remote-bases={'allowed' if self.allow_remote_bases else 'refused'}"
+
+    def __call__(self, kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *,
+                 progress: Callable[[RenderedApplication], None] | None = None) -> list[RenderedApplication]:
+        """Render ``kfdef`` in a child process; raises ``RenderError`` (or ``KustomizeError`` when there is no
+        kustomize). ``progress`` gets each application as it finishes, without its objects."""
+        return _Child(self, kfdef, dict(sources), Path(workdir).resolve(), find_kustomize()).run(progress)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What the child needs (pickled by the operator for its own child)."""
+
+    kfdef: KfDef
+    sources: dict[str, ResolvedSource]
+    workdir: Path
+    binary: KustomizeBinary
+    settings: IsolatedRender
+
+
+class _Child:
+    """One render process, from start to answer."""
+
+    def __init__(self, settings: IsolatedRender, kfdef: KfDef, sources: dict[str, ResolvedSource], workdir: Path,
+                 binary: KustomizeBinary) -> None:
+        self.settings, self.kfdef, self.workdir = settings, kfdef, workdir
+        self.request = _Request(kfdef, sources, workdir, binary, settings)
+        self.limits = settings.limits
+        self.subject = f"render of KfDef {kfdef.namespace}/{kfdef.name}"
+
+    def run(self, progress: Callable[[RenderedApplication], None] | None) -> list[RenderedApplication]:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for name in (ANSWER_FILE, STDERR_FILE):
+            (self.workdir / name).unlink(missing_ok=True)
+        with open(self.workdir / STDERR_FILE, "wb") as stderr:
+            popen = subprocess.Popen(
+                [sys.executable, "-P", "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                env=_child_environment(self.workdir), cwd=self.workdir, start_new_session=True)
+        reader = threading.Thread(target=self._read_progress, args=(popen, progress), daemon=True,
+                                  name="render-progress")
+        reader.start()
+        deadline = time.monotonic() + self.limits.wall_seconds
+        try:
+            assert popen.stdin is not None
+            with popen.stdin:
+                pickle.dump(self.request, popen.stdin)
+        except BrokenPipeError:
+            pass  # the child died at once; its exit status tells why
+        finished = _wait_unreaped(popen.pid, deadline)
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)  # past the deadline, or leftovers (git of a killed kustomize)
+        except (ProcessLookupError, PermissionError):
+            pass
+        returncode = popen.wait()
+        reader.join(timeout=5)
+        if not finished:
+            raise RenderError("", self.limits.explain("wall"), subject=f"{self.subject} killed")
+        return self._answer(returncode)
+
+    def _read_progress(self, popen: subprocess.Popen, progress: Callable[[RenderedApplication], None] | None) -> None:
+        assert popen.stdout is not None
+        with popen.stdout:
+            for line in iter(lambda: popen.stdout.readline(_MAX_PROGRESS_LINE), b""):  # type: ignore[union-attr]
+                try:
+                    event = json.loads(line)
+                    app = RenderedApplication(str(event["name"]), event["mode"], [], float(event["seconds"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if progress:
+                    progress(app)
+
+    def _answer(self, returncode: int) -> list[RenderedApplication]:
+        if returncode < 0:
+            raise self._killed_by(-returncode)
+        if returncode == _EXIT_ANSWER_TOO_LARGE:
+            raise RenderError("", f"the rendered objects {self.limits.explain('file size')}",
+                              subject=f"{self.subject} failed")
+        if returncode != 0:
+            raise RenderError("", f"the render process exited with {returncode}: {self._stderr_tail()}",
+                              subject=f"{self.subject} failed")
+        answer_path = self.workdir / ANSWER_FILE
+        try:
+            if answer_path.stat().st_size > self.limits.file_bytes:
+                raise ValueError("the answer is larger than the file-size limit")
+            answer = json.loads(answer_path.read_bytes())
+            if not isinstance(answer, dict):
+                raise ValueError("the answer is not an object")
+            self._relog(answer.get("log"))
+            if "error" in answer:
+                raise self._error(answer["error"])
+            rendered = applications_from_json(answer.get("applications"))
+            if [a.name for a in rendered] != [a.name for a in self.kfdef.applications]:
+                raise ValueError("the answer does not hold the KfDef's applications in order")
+            return rendered
+        except (OSError, ValueError, RecursionError) as error:
+            raise RenderError("", f"unusable answer from the render process: {error}",
+                              subject=f"{self.subject} failed") from None
+
+    def _error(self, error: Any) -> RenderError:
+        if not (isinstance(error, dict) and isinstance(error.get("message"), str)):
+            raise ValueError("malformed error")
+        message = error["message"]
+        if error.get("limit") in RenderLimits.SETTINGS:
+            message += f": {self.limits.explain(error['limit'])}"
+        application = error.get("application") if isinstance(error.get("application"), str) else ""
+        subject = error.get("subject") if isinstance(error.get("subject"), str) else None
+        return RenderError(application, message, subject=subject or (None if application else self.subject))
+
+    def _killed_by(self, signum: int) -> RenderError:
+        subject = f"{self.subject} killed"
+        if signum == signal.SIGXCPU:
+            return RenderError("", self.limits.explain("cpu"), subject=subject)
+        if signum == signal.SIGXFSZ:
+            return RenderError("", self.limits.explain("file size"), subject=subject)
+        if signum == signal.SIGKILL:
+            return RenderError("", "SIGKILL, most likely from the kernel's out-of-memory killer: the operator's "
+                                   "memory (its container limit) ran out during the render; raise that limit or lower "
+                                   "KFDEF_RENDER_MEMORY", subject=subject)
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return RenderError("", f"the render process crashed with {name}: {self._stderr_tail()}",
+                           subject=f"{self.subject} failed")
+
+    def _stderr_tail(self) -> str:
+        try:
+            with open(self.workdir / STDERR_FILE, "rb") as stream:
+                stream.seek(max(0, stream.seek(0, os.SEEK_END) - 2000))
+                lines = stream.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return " | ".join(lines[-3:]) or "no output"
+
+    def _relog(self, records: Any) -> None:
+        for record in (records if isinstance(records, list) else [])[:_MAX_LOG_RECORDS]:
+            if isinstance(record, list) and len(record) == 2 and all(isinstance(x, str) for x in record):
+                log.log(logging.getLevelName(record[0]) if record[0] in ("WARNING", "ERROR") else logging.WARNING,
+                        "%s: %s", self.subject, record[1][:2000])
+
+
+def _child_environment(workdir: Path) -> dict[str, str]:
+    """The render process's whole environment: where to find this package, a home of its own, nothing else."""
+    home = workdir / "home"
+    return {"PATH": MINIMAL_PATH, "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8",
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _wait_unreaped(pid: int, deadline: float) -> bool:
+    """Wait until child ``pid`` exits or ``deadline`` passes, without reaping it (so its process group can still
+    be killed safely); True when it exited."""
+    try:
+        descriptor = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        descriptor = None
+    try:
+        while True:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if descriptor is not None:
+                select.select([descriptor], [], [], remaining)
+            else:
+                time.sleep(min(0.05, remaining))
+    finally:
+        if descriptor is not None:
+            os.close(descriptor)
+
+
+# --- the child ---------------------------------------------------------------------------------------------------
+
+_EXIT_NO_ANSWER = 3
+_EXIT_ANSWER_TOO_LARGE = 4
+
+
+def _limit_self(limits: RenderLimits) -> None:
+    """Apply ``limits`` to this process (kustomize inherits them) and volunteer for the OOM killer."""
+    for which, soft, hard in ((resource.RLIMIT_DATA, limits.memory_bytes, limits.memory_bytes),
+                              (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5),
+                              (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
+                              (resource.RLIMIT_CORE, 0, 0)):
+        resource.setrlimit(which, (soft, hard))
+    try:
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write("1000")
+    except OSError:
+        pass  # not Linux, or /proc read-only: the rlimits still hold
+
+
+class _Collect(logging.Handler):
+    """Log records of the child, handed to the operator in the answer."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[list[str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) < _MAX_LOG_RECORDS:
+            self.records.append([record.levelname, record.getMessage()])
+
+
+def _limit_hit(error: BaseException) -> str | None:
+    """Which limit (a key of ``RenderLimits.SETTINGS``) ``error``, or what caused it, shows was exceeded."""
+    for cause in (error, error.__cause__):
+        if isinstance(cause, MemoryError):
+            return "memory"
+        if isinstance(cause, OSError) and cause.errno == errno.EFBIG:
+            return "file size"
+        if isinstance(cause, KustomizeError) and cause.limit:
+            return cause.limit
+    return None
+
+
+def _progress(app: RenderedApplication) -> None:
+    line = json.dumps({"name": app.name, "mode": app.mode, "seconds": app.seconds}) + "\n"
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+def main() -> int:
+    request: _Request = pickle.load(sys.stdin.buffer)  # written by the operator itself
+    settings = request.settings
+    _limit_self(settings.limits)
+    collected = _Collect()
+    logging.getLogger().addHandler(collected)
+    answer: dict[str, Any]
+    try:
+        rendered = render(request.kfdef, request.sources, request.workdir, max_workers=settings.max_workers,
+                          progress=_progress, timeout=settings.kustomize_timeout, binary=request.binary,
+                          allow_remote_bases=settings.allow_remote_bases)
+        answer = {"applications": applications_to_json(rendered)}
+    except RenderError as error:
+        answer = {"error": {"application": error.application, "message": error.message, "subject": error.subject,
+                            "limit": _limit_hit(error)}}
+    except (MemoryError, OSError) as error:
+        answer = {"error": {"application": "", "message": f"failed: {type(error).__name__}: {error}",
+                            "limit": _limit_hit(error)}}
+    answer["log"] = collected.records
+    try:
+        with open(request.workdir / ANSWER_FILE, "w") as out:
+            json.dump(answer, out, separators=(",", ":"))
+    except OSError as error:
+        sys.stderr.write(f"cannot write the answer: {error}\n")
+        return _EXIT_ANSWER_TOO_LARGE if error.errno == errno.EFBIG else _EXIT_NO_ANSWER
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
