@@ -336,13 +336,15 @@ class _Collect(logging.Handler):
 
 def _limit_hit(error: BaseException) -> str | None:
     """Which limit (a key of ``RenderLimits.SETTINGS``) ``error``, or what caused it, shows was exceeded."""
-    for cause in (error, error.__cause__):
+    cause: BaseException | None = error
+    while cause is not None:
         if isinstance(cause, MemoryError):
             return "memory"
         if isinstance(cause, OSError) and cause.errno == errno.EFBIG:
             return "file size"
         if isinstance(cause, KustomizeError) and cause.limit:
             return cause.limit
+        cause = cause.__cause__
     return None
 
 

@@ -169,7 +169,7 @@ def _limit_hit(returncode: int, stderr: bytes) -> str | None:
         return "cpu"
     if returncode == -signal.SIGXFSZ:
         return "file size"
-    if b"out of memory" in stderr[-4096:]:
+    if b"out of memory" in stderr[:4096] or b"out of memory" in stderr[-4096:]:
         return "memory"
     return None
 
@@ -196,5 +196,8 @@ def parse_objects(stream: bytes | str, *, path: Path, application: str | None = 
 
 
 def _tail(stderr: bytes) -> str:
+    """The end of kustomize's stderr, or for a Go crash its "fatal error"/"panic" line rather than the goroutine
+    dump that follows."""
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
-    return "\n".join(lines[-_STDERR_TAIL_LINES:])
+    crash = next((i for i, line in enumerate(lines) if line.startswith(("fatal error:", "panic:"))), None)
+    return lines[crash] if crash is not None else "\n".join(lines[-_STDERR_TAIL_LINES:])

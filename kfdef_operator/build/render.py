@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -511,6 +512,19 @@ def _stacks_copy(source: ResolvedSource, workdir: Path, paths: Sequence[str]) ->
     return dataclasses.replace(source, local_path=target)
 
 
+def _copy_failure(error: shutil.Error, source: Path, application: str, shown_as: str,
+                  subject: str | None) -> RenderError:
+    """The first file a copy could not write, named as people know it; a file over the render's file-size limit
+    (RLIMIT_FSIZE) keeps that cause, so the limit is reported."""
+    path, _, why = error.args[0][0] if error.args and error.args[0] else (str(source), "", str(error))
+    name = Path(path).relative_to(source).as_posix() if Path(path).is_relative_to(source) else Path(path).name
+    too_large = f"[Errno {errno.EFBIG}]" in why
+    failure = RenderError(application, f"cannot copy {shown_as}{name}: "
+                                       f"{'file too large' if too_large else why.split(': ')[0]}", subject=subject)
+    failure.__cause__ = OSError(errno.EFBIG, "File too large") if too_large else None
+    return failure
+
+
 MAX_COPIED_ENTRIES = 100_000
 """Most files and directories a package or repository copy may hold (the source limit per archive)."""
 
@@ -529,7 +543,10 @@ def _copy_tree(source: Path, target: Path, application: str, shown_as: str, *, s
         return []
 
     try:
-        shutil.copytree(source, target, symlinks=True, ignore=count)
+        try:
+            shutil.copytree(source, target, symlinks=True, ignore=count)
+        except shutil.Error as error:  # copytree gathers per-file failures as text
+            raise _copy_failure(error, source, application, shown_as, subject)  # noqa: B904 (cause set there)
         escaping = [f"{shown_as}{link.relative_to(target).as_posix()} -> {link_target}"
                     for link, link_target in confinement.escaping_symlinks(target)]
         if escaping:

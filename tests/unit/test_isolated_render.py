@@ -1,0 +1,144 @@
+"""Renders in a child process under limits: a bomb, a huge file, a hang, a memory or CPU hog and a crash each fail
+that render with the limit named, never the calling process; a real Kubeflow stack still renders."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kfdef_operator.api.kfdef import KfDef, parse_kfdef
+from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
+from kfdef_operator.build.kustomize import PINNED_VERSION
+from kfdef_operator.build.render import RenderError
+from kfdef_operator.source.resolve import ResolvedSource
+from tests.unit.conftest import STACKS
+from tests.unit.test_kustomize import fake_kustomize
+
+
+def kfdef_of(path: str = "pkg") -> KfDef:
+    return parse_kfdef({"metadata": {"name": "kf", "namespace": "tenant"}, "spec": {
+        "repos": [{"name": "manifests", "uri": "/unused"}],
+        "applications": [{"name": "app", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}}]}})
+
+
+def package(tmp_path: Path, kustomization: str | dict, **files: str) -> dict[str, ResolvedSource]:
+    root = tmp_path / "repo"
+    directory = root / "pkg"
+    directory.mkdir(parents=True)
+    (directory / "kustomization.yaml").write_text(
+        kustomization if isinstance(kustomization, str) else yaml.safe_dump(kustomization))
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return {"manifests": ResolvedSource("manifests", str(root), root, "r1")}
+
+
+CONFIG_MAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '1'}\n"
+
+
+def small_limits(**changes) -> RenderLimits:
+    values = {"wall_seconds": 60.0, "cpu_seconds": 60, "memory_bytes": 1024 ** 3, "file_bytes": 64 * 1024 ** 2}
+    return RenderLimits(**{**values, **changes})
+
+
+def test_a_render_in_the_child_returns_the_objects_and_progress(tmp_path):
+    progress = []
+    [app] = IsolatedRender()(kfdef_of(), package(tmp_path, {"resources": ["cm.yaml"]}, **{"cm.yaml": CONFIG_MAP}),
+                             tmp_path / "work", progress=progress.append)
+    assert (app.name, app.mode, [o["metadata"]["name"] for o in app.objects]) == ("app", "plain", ["c"])
+    assert [p.name for p in progress] == ["app"]
+
+
+def test_a_nested_bracket_bomb_fails_only_its_render(tmp_path):
+    sources = package(tmp_path, "resources: " + "[" * 60_000 + "]" * 60_000 + "\n")
+    with pytest.raises(RenderError, match=r"application 'app': kustomization.yaml in app/ is (refused|not valid "
+                                          r"YAML)(.|\n)*nest"):
+        IsolatedRender()(kfdef_of(), sources, tmp_path / "work")
+
+
+def test_a_huge_file_fails_with_the_file_size_limit_named(tmp_path):
+    sources = package(tmp_path, {"resources": ["huge.yaml"]})
+    with open(sources["manifests"].local_path / "pkg" / "huge.yaml", "wb") as huge:
+        huge.truncate(300 * 1024 ** 2)  # sparse: no disk used
+    with pytest.raises(RenderError, match=r"^application 'app': cannot copy manifests:pkg/huge.yaml: file too large: "
+                                          r"exceeded the 256 MiB file-size limit \(KFDEF_RENDER_FILE_SIZE\)$"):
+        IsolatedRender()(kfdef_of(), sources, tmp_path / "work")
+
+
+def test_rendered_objects_over_the_file_size_limit_fail_with_the_limit_named(tmp_path):
+    """Small files, a large answer: one 100 kB file put into ConfigMaps five times."""
+    generators = [{"name": f"c{i}", "files": ["blob.txt"]} for i in range(5)]
+    sources = package(tmp_path, {"configMapGenerator": generators}, **{"blob.txt": "x" * 100_000})
+    with pytest.raises(RenderError, match=r"^render of KfDef tenant/kf failed: the rendered objects exceeded the "
+                                          r"262144 bytes file-size limit \(KFDEF_RENDER_FILE_SIZE\)$"):
+        IsolatedRender(limits=small_limits(file_bytes=256 * 1024))(kfdef_of(), sources, tmp_path / "work")
+
+
+def test_a_hang_is_killed_at_the_wall_time_limit_with_everything_it_started(tmp_path, monkeypatch):
+    pid_file = tmp_path / "grandchild.pid"
+    hang = fake_kustomize(tmp_path / "hang", f"sleep 600 & echo $! > {pid_file}\nexec sleep 600")
+    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(hang))
+    started = time.monotonic()
+    with pytest.raises(RenderError, match=r"^render of KfDef tenant/kf killed: exceeded the 2 s wall-time limit "
+                                          r"\(KFDEF_RENDER_TIMEOUT\)$"):
+        IsolatedRender(limits=small_limits(wall_seconds=2))(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
+    assert time.monotonic() - started < 10
+    grandchild = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):  # killed with its process group; reaped by init shortly after
+            os.kill(grandchild, 0)
+            time.sleep(0.05)
+
+
+def test_a_memory_bomb_fails_with_the_memory_limit_named(tmp_path):
+    """The real kustomize asked to put one 1 MiB file into a ConfigMap 400 times."""
+    files = [f"k{i}=blob.txt" for i in range(400)]
+    sources = package(tmp_path, {"configMapGenerator": [{"name": "bomb", "files": files}]},
+                      **{"blob.txt": "x" * 1024 ** 2})
+    with pytest.raises(RenderError, match=r"application 'app': kustomize build .* \(out of memory\)\nfatal error: "
+                                          r".*: exceeded the 256 MiB memory limit per process \(KFDEF_RENDER_MEMORY\)"):
+        IsolatedRender(limits=small_limits(memory_bytes=256 * 1024 ** 2))(kfdef_of(), sources, tmp_path / "work")
+
+
+def test_a_cpu_hog_fails_with_the_cpu_limit_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(fake_kustomize(tmp_path / "spin", "while :; do :; done")))
+    with pytest.raises(RenderError, match=r"killed by SIGXCPU.*: exceeded the 1 s CPU-time limit per process "
+                                          r"\(KFDEF_RENDER_CPU_SECONDS\)"):
+        IsolatedRender(limits=small_limits(cpu_seconds=1))(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
+
+
+def test_a_crash_of_the_render_process_fails_only_that_render(tmp_path, monkeypatch):
+    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(fake_kustomize(tmp_path / "crash", "kill -SEGV $PPID; sleep 5")))
+    with pytest.raises(RenderError, match=r"^render of KfDef tenant/kf failed: the render process crashed with "
+                                          r"SIGSEGV"):
+        IsolatedRender()(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
+
+
+def test_the_render_process_has_none_of_the_operators_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("KUBECONFIG", "/etc/operator/kubeconfig")
+    seen = tmp_path / "parent-environ"
+    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(fake_kustomize(tmp_path / "spy", f"cat /proc/$PPID/environ > {seen}")))
+    IsolatedRender()(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
+    environ = dict(item.split("=", 1) for item in seen.read_text().split("\0") if item)
+    assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE"}
+
+
+@pytest.mark.parametrize("variable, value", [("KFDEF_RENDER_MEMORY", "lots"), ("KFDEF_RENDER_TIMEOUT", "-1")])
+def test_bad_limit_settings_are_named(variable, value):
+    with pytest.raises(ValueError, match=variable):
+        RenderLimits.from_env({variable: value})
+    assert RenderLimits.from_env({"KFDEF_RENDER_MEMORY": "512Mi"}).memory_bytes == 512 * 1024 ** 2
+
+
+def test_kubeflow_v1_2_still_renders_isolated(kubeflow_v1_2_source, tmp_path):
+    """kfctl's v1.2.0 stacks KfDef (its repo unpacked from the release tarball), rendered as the operator does."""
+    body = yaml.safe_load((STACKS / "kfdefs" / "kfctl_k8s_istio.v1.2.0.yaml").read_text())
+    body["metadata"]["name"] = "kubeflow"
+    rendered = IsolatedRender()(parse_kfdef(body), {"manifests": kubeflow_v1_2_source}, tmp_path / "work")
+    assert len(rendered) == 16 and sum(len(a.objects) for a in rendered) == 565
+    assert PINNED_VERSION == "v5.8.2"
+
