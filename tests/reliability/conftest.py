@@ -73,6 +73,7 @@ GROUPS = {  # module -> (order, heading in the report)
     "test_stuck_deletions": (5, "Faults: slow or stuck deletions"),
     "test_bad_input": (6, "Bad input"),
     "test_security": (7, "Security"),
+    "test_build_trust": (8, "Security: what a tenant's manifests can make a build do"),
 }
 
 
