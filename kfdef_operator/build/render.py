@@ -446,13 +446,13 @@ def _confine(app: Application, mode: Mode, build_dir: Path, tree: Path, allow_re
     always gets kustomize's default, ``LoadRestrictionsRootOnly``."""
     ref = app.kustomize_config.repo_ref  # type: ignore[union-attr]
     roots = {tree: f"{ref.name}:{ref.path.rstrip('/')}/" if mode == "legacy" else f"{ref.name}:"}
-    roots.setdefault(build_dir, f"(generated for {app.name})/")
+    if not confinement.inside(build_dir.resolve(), tree.resolve()):
+        roots[build_dir] = f"(generated for {app.name})/"
     found = confinement.walk(build_dir, roots, allow_remote=allow_remote_bases)
     if found.violations:
         shown = "; ".join(str(v) for v in found.violations[:5])
         more = f" (and {len(found.violations) - 5} more)" if len(found.violations) > 5 else ""
-        raise RenderError(app.name, f"refused to build: {shown}{more}. A build may read only files of the "
-                                    "repository the KfDef names")
+        raise RenderError(app.name, f"refused to build: {shown}{more}")
     return confinement.LOAD_RESTRICTIONS_ROOT_ONLY if mode == "plain" else found.load_restrictor
 
 

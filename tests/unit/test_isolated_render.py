@@ -25,9 +25,11 @@ def kfdef_of(path: str = "pkg") -> KfDef:
         "applications": [{"name": "app", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}}]}})
 
 
-def package(tmp_path: Path, kustomization: str | dict, **files: str) -> dict[str, ResolvedSource]:
+def package(tmp_path: Path, kustomization: str | dict, *, legacy: bool = False, **files: str
+            ) -> dict[str, ResolvedSource]:
+    """A repository with the package ``pkg``: a plain entry point, or kfctl's ``base/`` layout (``legacy``)."""
     root = tmp_path / "repo"
-    directory = root / "pkg"
+    directory = root / "pkg" / "base" if legacy else root / "pkg"
     directory.mkdir(parents=True)
     (directory / "kustomization.yaml").write_text(
         kustomization if isinstance(kustomization, str) else yaml.safe_dump(kustomization))
@@ -54,17 +56,20 @@ def test_a_render_in_the_child_returns_the_objects_and_progress(tmp_path):
 
 def test_a_nested_bracket_bomb_fails_only_its_render(tmp_path):
     sources = package(tmp_path, "resources: " + "[" * 60_000 + "]" * 60_000 + "\n")
-    with pytest.raises(RenderError, match=r"application 'app': kustomization.yaml in app/ is (refused|not valid "
-                                          r"YAML)(.|\n)*nest"):
+    with pytest.raises(RenderError, match=r"^application 'app': refused to build: manifests:pkg/kustomization.yaml: "
+                                          r"cannot be checked: .*nest"):
         IsolatedRender()(kfdef_of(), sources, tmp_path / "work")
 
 
-def test_a_huge_file_fails_with_the_file_size_limit_named(tmp_path):
-    sources = package(tmp_path, {"resources": ["huge.yaml"]})
-    with open(sources["manifests"].local_path / "pkg" / "huge.yaml", "wb") as huge:
+@pytest.mark.parametrize("legacy", [False, True], ids=["built in place", "copied first"])
+def test_a_huge_file_fails_with_the_limit_named(tmp_path, legacy):
+    sources = package(tmp_path, {"resources": ["huge.yaml"]}, legacy=legacy)
+    with open(sources["manifests"].local_path / "pkg" / ("base" if legacy else "") / "huge.yaml", "wb") as huge:
         huge.truncate(300 * 1024 ** 2)  # sparse: no disk used
-    with pytest.raises(RenderError, match=r"^application 'app': cannot copy manifests:pkg/huge.yaml: file too large: "
-                                          r"exceeded the 256 MiB file-size limit \(KFDEF_RENDER_FILE_SIZE\)$"):
+    expected = (r"cannot copy manifests:pkg/base/huge.yaml: file too large: exceeded the 256 MiB file-size limit "
+                r"\(KFDEF_RENDER_FILE_SIZE\)" if legacy else r"refused to build: manifests:pkg/kustomization.yaml: "
+                r"resources\[0\] 'huge.yaml' is 314572800 bytes, over the 268435456-byte limit per file")
+    with pytest.raises(RenderError, match=f"^application 'app': {expected}$"):
         IsolatedRender()(kfdef_of(), sources, tmp_path / "work")
 
 
