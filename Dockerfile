@@ -32,7 +32,8 @@ COPY --from=kustomize /out/kustomize /usr/local/bin/kustomize
 # A numeric uid, so the kubelet can enforce runAsNonRoot without reading /etc/passwd.
 RUN useradd --uid 65532 --user-group --home-dir /home/kfdef-operator --create-home --shell /usr/sbin/nologin kfdef-operator
 USER 65532:65532
-# The source cache; deploy/ mounts an emptyDir here because the root filesystem is read-only.
-ENV XDG_CACHE_HOME=/cache PYTHONUNBUFFERED=1
+# The source cache; deploy/ mounts an emptyDir here because the root filesystem is read-only. KFDEF_KUSTOMIZE
+# names the kustomize above: the operator never falls back to one found on PATH.
+ENV XDG_CACHE_HOME=/cache PYTHONUNBUFFERED=1 KFDEF_KUSTOMIZE=/usr/local/bin/kustomize
 EXPOSE 8080
 ENTRYPOINT ["kfdef-operator", "run"]

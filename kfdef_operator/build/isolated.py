@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 
 from kfdef_operator.api.kfdef import KfDef
 from kfdef_operator.build.cache import applications_from_json, applications_to_json
-from kfdef_operator.build.kustomize import MINIMAL_PATH, KustomizeBinary, KustomizeError, find_kustomize
+from kfdef_operator.build.kustomize import MINIMAL_PATH, KustomizeBinary, KustomizeError, find_kustomize, signal_name
 from kfdef_operator.build.render import RenderedApplication, RenderError, render
 from kfdef_operator.source.resolve import ResolvedSource
 
@@ -249,11 +249,7 @@ class _Child:
             return RenderError("", "SIGKILL, most likely from the kernel's out-of-memory killer: the operator's "
                                    "memory (its container limit) ran out during the render; raise that limit or lower "
                                    "KFDEF_RENDER_MEMORY", subject=subject)
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
-        return RenderError("", f"the render process crashed with {name}: {self._stderr_tail()}",
+        return RenderError("", f"the render process crashed with {signal_name(signum)}: {self._stderr_tail()}",
                            subject=f"{self.subject} failed")
 
     def _stderr_tail(self) -> str:

@@ -154,12 +154,22 @@ def build(path: Path, *, binary: KustomizeBinary | None = None, home: Path | Non
                              stderr_tail=_tail(exc.stderr or b"")) from None
     if done.returncode != 0:
         limit = _limit_hit(done.returncode, done.stderr)
-        if done.returncode < 0:
-            reason = f"killed by {signal.Signals(-done.returncode).name}"
+        if done.returncode == -signal.SIGKILL:
+            reason = "killed by SIGKILL, most likely by the kernel's out-of-memory killer (the container ran out)"
+        elif done.returncode < 0:
+            reason = f"killed by {signal_name(-done.returncode)}"
         else:
             reason = f"exit code {done.returncode}" + (" (out of memory)" if limit == "memory" else "")
         raise KustomizeError(reason, path=path, application=application, stderr_tail=_tail(done.stderr), limit=limit)
     return parse_objects(done.stdout, path=path, application=application)
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV`` for 11; ``signal 99`` for a number without a name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _limit_hit(returncode: int, stderr: bytes) -> str | None:

@@ -125,3 +125,27 @@ def test_relative_repo_paths_are_relative_to_the_kfdef_file(run, tmp_path, monke
     code, out, err = run("build", str(tmp_path / "kfdef.yaml"), "--name", "kf")
     assert code == 0, err
     assert any(o["kind"] == "Deployment" for o in yaml.safe_load_all(out))
+
+
+def test_build_says_which_kustomize_rendered(run):
+    code, _, err = run("build", str(KFDEFS / "local-legacy.yaml"))
+    assert code == 0, err
+    assert "rendered with kustomize v5.8.2 (" in err and "pinned" in err and "remote bases refused" in err
+
+
+def test_remote_bases_are_refused_unless_the_flag_allows_them(run, tmp_path):
+    repo = tmp_path / "repo" / "pkg"
+    repo.mkdir(parents=True)
+    (repo / "kustomization.yaml").write_text("resources:\n- https://127.0.0.1:9/remote.yaml\n")
+    kfdef = tmp_path / "kfdef.yaml"
+    kfdef.write_text(yaml.safe_dump({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
+                                     "metadata": {"name": "k", "namespace": "n"}, "spec": {
+                                         "repos": [{"name": "r", "uri": str(tmp_path / "repo")}],
+                                         "applications": [{"name": "a", "kustomizeConfig": {
+                                             "repoRef": {"name": "r", "path": "pkg"}}}]}}))
+    code, _, err = run("build", str(kfdef))
+    assert code == 1 and "resources[0] 'https://127.0.0.1:9/remote.yaml' is remote" in err
+    code, _, err = run("build", str(kfdef), "--no-remote-bases=false")
+    assert code == 1 and "is remote" not in err and "kustomize build" in err  # kustomize tried, and failed
+    code, _, err = run("build", str(kfdef), "--no-remote-bases=maybe")
+    assert code == 2 and "'maybe' is not true or false" in err
