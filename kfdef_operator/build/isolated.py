@@ -165,27 +165,33 @@ class _Child:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name in (ANSWER_FILE, STDERR_FILE):
             (self.workdir / name).unlink(missing_ok=True)
-        with open(self.workdir / STDERR_FILE, "wb") as stderr:
-            popen = subprocess.Popen(
-                [sys.executable, "-P", "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                env=_child_environment(self.workdir), cwd=self.workdir, start_new_session=True)
+        try:
+            with open(self.workdir / STDERR_FILE, "wb") as stderr:
+                popen = subprocess.Popen(
+                    [sys.executable, "-P", "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=stderr, env=_child_environment(self.workdir), cwd=self.workdir, start_new_session=True)
+        except OSError as error:
+            raise RenderError("", f"could not start the render process: {error}", subject=f"{self.subject} failed")
         reader = threading.Thread(target=self._read_progress, args=(popen, progress), daemon=True,
                                   name="render-progress")
         reader.start()
         deadline = time.monotonic() + self.limits.wall_seconds
+        finished = False
         try:
-            assert popen.stdin is not None
-            with popen.stdin:
-                pickle.dump(self.request, popen.stdin)
-        except BrokenPipeError:
-            pass  # the child died at once; its exit status tells why
-        finished = _wait_unreaped(popen.pid, deadline)
-        try:
-            os.killpg(popen.pid, signal.SIGKILL)  # past the deadline, or leftovers (git of a killed kustomize)
-        except (ProcessLookupError, PermissionError):
-            pass
-        returncode = popen.wait()
-        reader.join(timeout=5)
+            try:
+                assert popen.stdin is not None
+                with popen.stdin:
+                    pickle.dump(self.request, popen.stdin)
+            except BrokenPipeError:
+                pass  # the child died at once; its exit status tells why
+            finished = _wait_unreaped(popen.pid, deadline)
+        finally:  # past the deadline, on any error here, and for leftovers (git of a killed kustomize)
+            try:
+                os.killpg(popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            returncode = popen.wait()
+            reader.join(timeout=5)
         if not finished:
             raise RenderError("", self.limits.explain("wall"), subject=f"{self.subject} killed")
         return self._answer(returncode)
