@@ -35,7 +35,7 @@ demo: venv control-plane
 test: venv control-plane olm-validate
 	$(RUN) $(PY) -m pytest -ra $(PYTEST_ARGS)
 
-unit: venv
+unit: venv control-plane olm-validate
 	$(RUN) $(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
 
 # Built before the suite: inside the network namespace there is no module proxy.
