@@ -22,7 +22,8 @@ from pyinstrument import Profiler
 
 from kfdef_operator.controller import reconciler
 from kfdef_operator.ssa.client import KubeClient
-from kfdef_operator.source.resolve import FetchOptions
+from kfdef_operator.source.network import NetworkPolicy, parse_networks
+from kfdef_operator.source.options import FetchOptions
 
 from .context import KFDEFS_PATH, Bench, all_applied
 
@@ -82,8 +83,10 @@ async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
     """One reconcile of the KfDef at ``kfdef_path`` by a freshly started in-process operator (as after a
     restart), under pyinstrument (text written to ``output``) and with its steps timed."""
     kube = await KubeClient.connect(str(bench.control_plane.kubeconfig))
+    # The bench serves its archives over plain http on loopback.
+    loopback = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "bench"))
     operator = reconciler.Operator(kube, work_dir=bench.work_dir / "profile-operator",
-                                   fetch_options=FetchOptions.from_env(allow_insecure_http=True))
+                                   fetch_options=FetchOptions.from_env(allow_insecure_http=True, networks=loopback))
     timings: Timings = defaultdict(list)
     undo = _instrument(operator, timings)
     try:

@@ -58,7 +58,9 @@ def run_demo(args: argparse.Namespace) -> int:
     except ControlPlaneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    operator = OperatorProcess(plane.kubeconfig, work / "operator")
+    # The demo KfDef names the stack shipped in kfdefs/demo/: the one directory this operator may read sources from.
+    operator = OperatorProcess(plane.kubeconfig, work / "operator",
+                               env={"KFDEF_LOCAL_SOURCE_ROOTS": str(root / "kfdefs" / "demo")})
     try:
         say(f"    up in {plane.startup_seconds:.1f}s at {plane.server} (kubeconfig {plane.kubeconfig})")
         return asyncio.run(_story(root, plane, operator, keep=args.keep))

@@ -30,7 +30,11 @@ from kfdef_operator.build.kustomize import KustomizeError, find_kustomize
 from kfdef_operator.build.safe_yaml import SafeDumper, SafeLoader
 from kfdef_operator.api.kfdef import InvalidKfDef, parse_kfdef
 from kfdef_operator.build.render import RenderedApplication, RenderError
-from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_sources
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.errors import SourceError
+from kfdef_operator.source.network import ANY, NetworkPolicy
+from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolve import resolve_sources
 from kfdef_operator.controller.runner import add_build_arguments, register_run, renderer_from
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -91,8 +95,9 @@ def run_build(args: argparse.Namespace) -> int:
     base_dir = Path.cwd() if kfdef_file == "-" else Path(kfdef_file).resolve().parent
     started = time.monotonic()
     progress.note(f"resolving {len(kfdef.repos)} repo(s)")
-    sources = resolve_sources(kfdef.repos, SourceCache(args.cache_dir or default_cache_dir()),
-                              FetchOptions.from_env(base_dir=base_dir))
+    # build runs with its user's own identity: any local path and any network the user can reach.
+    options = FetchOptions.from_env(base_dir=base_dir, local_roots=None, networks=NetworkPolicy(allowed=ANY))
+    sources = resolve_sources(kfdef.repos, SourceCache(args.cache_dir or default_cache_dir()), options)
     with tempfile.TemporaryDirectory(prefix="kfdef-build-") as workdir:
         rendered = renderer(kfdef, sources, Path(workdir), progress=progress.done)
     elapsed = time.monotonic() - started

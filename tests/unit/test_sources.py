@@ -10,18 +10,26 @@ import io
 import tarfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import git
 import pytest
 
-from kfdef_operator.source import resolve as sources
 from kfdef_operator.api.kfdef import Repo
-from kfdef_operator.source.resolve import (FetchOptions, SourceCache, SourceError, parse_git_uri, redact_uri,
-                                    resolve_source, resolve_sources)
+from kfdef_operator.source import archive as archive_module
+from kfdef_operator.source import git as git_module
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.errors import SourceError, redact_uri
+from kfdef_operator.source.git import parse_git_uri
+from kfdef_operator.source.network import NetworkPolicy, parse_networks
+from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolve import resolve_source, resolve_sources
 
-FAST = FetchOptions(connect_timeout=2, read_timeout=2, retries=2, backoff_seconds=0, allow_insecure_http=True)
+#: The test servers listen on 127.0.0.1, an internal address the operator refuses unless allowed.
+LOOPBACK = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "test"))
+FAST = FetchOptions(connect_timeout=2, read_timeout=2, retries=2, backoff_seconds=0, allow_insecure_http=True,
+                    networks=LOOPBACK)
 
 
 # --- archives ---------------------------------------------------------------------------------------------
@@ -126,6 +134,12 @@ def cache(tmp_path) -> SourceCache:
     return SourceCache(tmp_path / "cache")
 
 
+@pytest.fixture
+def local(tmp_path) -> FetchOptions:
+    """FAST, with the test's directory as the one local source root."""
+    return replace(FAST, local_roots=(tmp_path,), private_dirs=(tmp_path / "cache",))
+
+
 def fetch(uri: str, cache: SourceCache, options: FetchOptions = FAST):
     return resolve_source(Repo("manifests", uri), cache, options)
 
@@ -146,7 +160,7 @@ def test_tarball_resolves_to_its_single_top_level_folder(server, cache):
 def test_unchanged_source_is_neither_downloaded_nor_unpacked_twice(server, cache, monkeypatch):
     server.routes["/m.tar.gz"] = Route(manifests_tarball(), etag='"v1"')
     first = fetch(server.url("/m.tar.gz"), cache)
-    monkeypatch.setattr(sources, "safe_extract", lambda *a, **k: pytest.fail("unpacked again"))
+    monkeypatch.setattr(archive_module, "safe_extract", lambda *a, **k: pytest.fail("unpacked again"))
     second = fetch(server.url("/m.tar.gz"), cache)
     assert second == first
     assert server.hits["/m.tar.gz"][1].get("If-None-Match") == '"v1"'
@@ -160,7 +174,7 @@ def test_unchanged_source_is_neither_downloaded_nor_unpacked_twice(server, cache
 def test_same_body_from_another_uri_reuses_the_unpacked_tree(server, cache, monkeypatch):
     server.routes["/a.tgz"] = server.routes["/b.tgz"] = Route(manifests_tarball())
     first = fetch(server.url("/a.tgz"), cache)
-    monkeypatch.setattr(sources, "safe_extract", lambda *a, **k: pytest.fail("unpacked again"))
+    monkeypatch.setattr(archive_module, "safe_extract", lambda *a, **k: pytest.fail("unpacked again"))
     assert fetch(server.url("/b.tgz"), cache).local_path == first.local_path
 
 
@@ -192,7 +206,7 @@ def test_5xx_is_retried_then_reported_as_transient(server, cache):
 
 def test_read_timeout_is_transient(server, cache):
     server.routes["/slow.tgz"] = Route(stall=True)
-    options = FetchOptions(read_timeout=0.2, retries=0, allow_insecure_http=True)
+    options = replace(FAST, read_timeout=0.2, retries=0)
     with pytest.raises(SourceError, match="Timeout|timed out") as caught:
         fetch(server.url("/slow.tgz"), cache, options)
     assert caught.value.transient
@@ -202,8 +216,7 @@ def test_short_body_is_retried(server, cache):
     body = manifests_tarball()
     server.routes["/short.tgz"] = Route(body[:-50], declared_length=len(body))
     with pytest.raises(SourceError, match="after 3 attempts") as caught:
-        fetch(server.url("/short.tgz"), cache, FetchOptions(read_timeout=1, retries=2, backoff_seconds=0,
-                                                            allow_insecure_http=True))
+        fetch(server.url("/short.tgz"), cache, replace(FAST, read_timeout=1))
     assert caught.value.transient
 
 
@@ -221,16 +234,17 @@ def test_plain_http_needs_the_insecure_flag(server, cache, monkeypatch):
         fetch(server.url("/m.tgz"), cache, FetchOptions())
     assert "/m.tgz" not in server.hits
     monkeypatch.setenv("KFDEF_ALLOW_INSECURE_HTTP", "1")
+    monkeypatch.setenv("KFDEF_ALLOWED_SOURCE_NETWORKS", "127.0.0.1/32")
     monkeypatch.setenv("KFDEF_CA_BUNDLE", "/etc/ssl/custom.pem")
     options = FetchOptions.from_env(retries=0)
     assert (options.allow_insecure_http, options.ca_bundle, options.retries) == (True, "/etc/ssl/custom.pem", 0)
-    assert fetch(server.url("/m.tgz"), cache, options).local_path.is_dir()
+    assert fetch(server.url("/m.tgz"), cache, replace(options, ca_bundle=None)).local_path.is_dir()
 
 
 def test_download_size_limit(server, cache):
     server.routes["/big.tgz"] = Route(manifests_tarball())
     with pytest.raises(SourceError, match="download limit"):
-        fetch(server.url("/big.tgz"), cache, FetchOptions(max_download_bytes=100, allow_insecure_http=True))
+        fetch(server.url("/big.tgz"), cache, replace(FAST, max_download_bytes=100))
 
 
 def test_credentials_never_appear_in_errors(server, cache):
@@ -263,58 +277,58 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_unsafe_archives_are_refused(case, tmp_path, cache):
+def test_unsafe_archives_are_refused(case, tmp_path, cache, local):
     add, message = HOSTILE[case]
     archive = tmp_path / f"{case}.tar.gz"
     archive.write_bytes(tar_bytes(add))
     with pytest.raises(SourceError, match=message) as caught:
-        fetch(str(archive), cache)
+        fetch(str(archive), cache, local)
     assert "unsafe archive refused" in str(caught.value)
     assert not (tmp_path / "evil.txt").exists() and not any((cache.root / "trees").iterdir())
 
 
-def test_decompression_bomb_and_file_limits(tmp_path, cache):
+def test_decompression_bomb_and_file_limits(tmp_path, cache, local):
     zeros = tmp_path / "bomb.tar.gz"
     zeros.write_bytes(tar_bytes(lambda a: add_file(a, "top/zeros", bytes(4 * 1024 * 1024))))
     assert zeros.stat().st_size < 20_000
     with pytest.raises(SourceError, match="per file"):
-        fetch(str(zeros), cache, FetchOptions(max_file_bytes=1024 * 1024))
+        fetch(str(zeros), cache, replace(local, max_file_bytes=1024 * 1024))
     with pytest.raises(SourceError, match="unpacks to more than"):
-        fetch(str(zeros), cache, FetchOptions(max_unpacked_bytes=1024 * 1024))
+        fetch(str(zeros), cache, replace(local, max_unpacked_bytes=1024 * 1024))
     many = tmp_path / "many.tar.gz"
     many.write_bytes(tar_bytes(lambda a: [add_file(a, f"top/{i}") for i in range(20)]))
     with pytest.raises(SourceError, match="more than 10 entries"):
-        fetch(str(many), cache, FetchOptions(max_files=10))
+        fetch(str(many), cache, replace(local, max_files=10))
 
 
 # --- local files and directories --------------------------------------------------------------------------
 
-def test_file_uri_plain_path_and_relative_path_to_a_tarball(tmp_path, cache):
+def test_file_uri_plain_path_and_relative_path_to_a_tarball(tmp_path, cache, local):
     archive = tmp_path / "m.tar.gz"
     archive.write_bytes(manifests_tarball())
-    by_uri, by_path = fetch(f"file://{archive}", cache), fetch(str(archive), cache)
-    by_relative = fetch("m.tar.gz", cache, FetchOptions(base_dir=tmp_path))
+    by_uri, by_path = fetch(f"file://{archive}", cache, local), fetch(str(archive), cache, local)
+    by_relative = fetch("m.tar.gz", cache, replace(local, base_dir=tmp_path))
     assert by_uri.local_path == by_path.local_path == by_relative.local_path
     assert by_uri.local_path.name == "manifests-1.0"
 
 
-def test_directory_is_used_in_place_with_a_content_revision(tmp_path, cache):
+def test_directory_is_used_in_place_with_a_content_revision(tmp_path, cache, local):
     tree = tmp_path / "repo"
     (tree / "argo").mkdir(parents=True)
     (tree / "argo" / "kustomization.yaml").write_text("resources: []\n")
-    first = fetch(f"file://{tree}", cache)
-    assert first.local_path == tree and first.revision.startswith("dir-sha256:")
-    assert fetch(str(tree), cache).revision == first.revision
+    first = fetch(f"file://{tree}", cache, local)
+    assert first.local_path == tree.resolve() and first.revision.startswith("dir-sha256:")
+    assert fetch(str(tree), cache, local).revision == first.revision
     (tree / "argo" / "kustomization.yaml").write_text("resources: [x]\n")
-    assert fetch(str(tree), cache).revision != first.revision
+    assert fetch(str(tree), cache, local).revision != first.revision
     (tree / "escape").symlink_to("/etc")
     with pytest.raises(SourceError, match="points outside"):
-        fetch(str(tree), cache)
+        fetch(str(tree), cache, local)
 
 
-def test_missing_path_explains_where_it_looked(tmp_path, cache):
+def test_missing_path_explains_where_it_looked(tmp_path, cache, local):
     with pytest.raises(SourceError, match="does not exist.*relative to") as caught:
-        fetch("nope/manifests", cache, FetchOptions(base_dir=tmp_path))
+        fetch("nope/manifests", cache, replace(local, base_dir=tmp_path))
     assert not caught.value.transient
 
 
@@ -344,43 +358,43 @@ def upstream(tmp_path):
     return path, tagged, head
 
 
-def test_git_tag_branch_default_head_and_subdirectory(upstream, cache):
+def test_git_tag_branch_default_head_and_subdirectory(upstream, cache, local):
     path, tagged, head = upstream
-    at_tag = fetch(f"git+file://{path}?ref=v1.0#sub", cache)
+    at_tag = fetch(f"git+file://{path}?ref=v1.0#sub", cache, local)
     assert (at_tag.revision, (at_tag.local_path / "version.txt").read_text()) == (tagged, "one")
-    assert (fetch(f"git+file://{path}?ref=feature#sub", cache).local_path / "version.txt").read_text() == "two"
-    default = fetch(f"git+file://{path}", cache)
+    assert (fetch(f"git+file://{path}?ref=feature#sub", cache, local).local_path / "version.txt").read_text() == "two"
+    default = fetch(f"git+file://{path}", cache, local)
     assert default.revision == head and (default.local_path / "sub" / "version.txt").read_text() == "three"
 
 
-def test_git_commit_already_exported_needs_no_fetch(upstream, cache, monkeypatch):
+def test_git_commit_already_exported_needs_no_fetch(upstream, cache, local, monkeypatch):
     path, tagged, _ = upstream
-    first = fetch(f"git+file://{path}?ref={tagged}", cache)
-    monkeypatch.setattr(sources, "_fetched_mirror", lambda *a, **k: pytest.fail("fetched again"))
-    assert fetch(f"git+file://{path}?ref={tagged}", cache) == first
+    first = fetch(f"git+file://{path}?ref={tagged}", cache, local)
+    monkeypatch.setattr(git_module, "_fetch", lambda *a, **k: pytest.fail("fetched again"))
+    assert fetch(f"git+file://{path}?ref={tagged}", cache, local) == first
 
 
-def test_git_unknown_ref_missing_subdir_and_unreachable_repo(upstream, cache, tmp_path):
+def test_git_unknown_ref_missing_subdir_and_unreachable_repo(upstream, cache, local, tmp_path):
     path, _, _ = upstream
     with pytest.raises(SourceError, match="ref 'v9' is neither") as unknown:
-        fetch(f"git+file://{path}?ref=v9", cache)
+        fetch(f"git+file://{path}?ref=v9", cache, local)
     assert not unknown.value.transient
     with pytest.raises(SourceError, match="subdirectory 'nope' does not exist"):
-        fetch(f"git+file://{path}?ref=v1.0#nope", cache)
+        fetch(f"git+file://{path}?ref=v1.0#nope", cache, local)
     with pytest.raises(SourceError, match="git fetch failed") as unreachable:
-        fetch(f"git+file://{tmp_path}/no-such-repo", cache)
+        fetch(f"git+file://{tmp_path}/no-such-repo", cache, local)
     assert unreachable.value.transient
 
 
 def test_git_uri_parsing():
-    assert parse_git_uri("git+https://github.com/o/r.git?ref=v1.2.0#stacks/x") == sources.GitLocation(
+    assert parse_git_uri("git+https://github.com/o/r.git?ref=v1.2.0#stacks/x") == git_module.GitLocation(
         "https://github.com/o/r.git", "v1.2.0", "stacks/x")
     assert parse_git_uri("git+ssh://git@h/r.git").url == "ssh://git@h/r.git"
     with pytest.raises(ValueError):
         parse_git_uri("git+https://h/r.git#../up")
 
 
-def test_resolve_sources_maps_every_repo(tmp_path, cache):
+def test_resolve_sources_maps_every_repo(tmp_path, cache, local):
     (tmp_path / "a").mkdir()
-    resolved = resolve_sources([Repo("one", str(tmp_path / "a")), Repo("two", f"file://{tmp_path}/a")], cache, FAST)
+    resolved = resolve_sources([Repo("one", str(tmp_path / "a")), Repo("two", f"file://{tmp_path}/a")], cache, local)
     assert sorted(resolved) == ["one", "two"] and resolved["two"].name == "two"

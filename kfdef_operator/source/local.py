@@ -1,0 +1,95 @@
+"""Local sources: ``/abs/path``, ``relative/path`` and ``file:`` URIs naming a directory or a tar archive.
+
+The operator reads files with its own identity, so a KfDef naming ``/var/run/secrets/...``, the operator's home
+or its work directory would read what its author cannot. Local sources are therefore allowed only inside the
+directories the operator's admin lists (``KFDEF_LOCAL_SOURCE_ROOTS``; none by default), after symlinks are
+resolved, and never inside ``FetchOptions.private_dirs`` (the operator's work directory, which holds every
+other KfDef's sources). ``kfdef-operator build`` runs as its user and reads whatever the user can.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from kfdef_operator.api.kfdef import Repo
+from kfdef_operator.source.archive import inside
+from kfdef_operator.source.errors import SourceError
+from kfdef_operator.source.options import FetchOptions
+
+_CHUNK = 1024 * 1024
+
+
+def local_path(repo: Repo, options: FetchOptions) -> Path:
+    """The absolute path a local ``repo.uri`` names (not yet checked against the roots)."""
+    parts = urlsplit(repo.uri)
+    if parts.scheme.lower() == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise SourceError(repo.name, repo.uri, f"file: URI names host {parts.netloc!r}; use file:///path")
+        raw = unquote(parts.path)
+    else:
+        raw = repo.uri
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else (options.base_dir or Path.cwd()) / path
+
+
+def check_local_root(repo: Repo, path: Path, options: FetchOptions) -> Path:
+    """``path`` with its symlinks resolved, if the operator allows reading it; else a SourceError.
+
+    Checked before anything is read, so whether a file outside the roots exists is not revealed either.
+    """
+    real = path.resolve()
+    if options.local_roots is None:
+        return real
+    if any(inside(real, Path(d).resolve()) for d in options.private_dirs):
+        raise SourceError(repo.name, repo.uri, f"{path} is inside the operator's own work directory, which is never "
+                                               "read as a source")
+    roots = [Path(r).resolve() for r in options.local_roots]
+    if not any(inside(real, root) for root in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none"
+        raise SourceError(repo.name, repo.uri, f"local path {path} is outside the directories this operator reads "
+                                               f"sources from (KFDEF_LOCAL_SOURCE_ROOTS: {allowed}); use an https:// "
+                                               "or git+https:// source, or ask the operator's admin for a root")
+    return real
+
+
+def local_source(repo: Repo, options: FetchOptions) -> tuple[Path, str | None]:
+    """(path, revision) of a local directory, used in place; (path, None) for a local archive file."""
+    path = local_path(repo, options)
+    real = check_local_root(repo, path, options)
+    if real.is_dir():
+        return real, "dir-sha256:" + directory_digest(repo, real)
+    if real.is_file():
+        return real, None
+    raise SourceError(repo.name, repo.uri, f"{path} does not exist; check spec.repos[].uri (relative paths are "
+                                           f"relative to {options.base_dir or Path.cwd()})")
+
+
+def file_digest(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(_CHUNK), b""):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def directory_digest(repo: Repo, root: Path) -> str:
+    """Digest of paths, executable bits, file bytes and link targets; refuses links leaving ``root``."""
+    hasher = hashlib.sha256()
+    real_root = root.resolve()
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
+            path = Path(directory, name)
+            relative = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                if not inside(path.resolve(), real_root):
+                    raise SourceError(repo.name, repo.uri, f"symlink {relative} points outside the directory")
+                hasher.update(f"L {relative} {os.readlink(path)}\n".encode())
+                continue
+            executable = os.stat(path).st_mode & stat.S_IXUSR
+            hasher.update(f"F {relative} {1 if executable else 0} {file_digest(path)}\n".encode())
+    return hasher.hexdigest()
