@@ -85,7 +85,21 @@ class RenderCache:
         self._settings = settings
 
     def _path(self, kfdef: KfDef) -> Path:
-        return self.root / f"{path_segment(kfdef.namespace)}_{path_segment(kfdef.name)}.json"
+        return self.path_for(kfdef.namespace, kfdef.name)
+
+    def path_for(self, namespace: str, name: str) -> Path:
+        """The entry of KfDef ``namespace/name`` (neither holds ``_``: they are DNS names)."""
+        return self.root / f"{path_segment(namespace)}_{path_segment(name)}.json"
+
+    def entries(self) -> list[tuple[str, str, Path]]:
+        """(namespace, name, path) of every stored entry, and ("", "", path) of leftovers of interrupted writes."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in self.root.iterdir():
+            namespace, _, name = path.stem.partition("_")
+            found.append((namespace, name, path) if path.suffix == ".json" and name else ("", "", path))
+        return found
 
     def render(self, body: JSON, kfdef: KfDef, sources: Mapping[str, ResolvedSource],
                workdir: Path) -> list[RenderedApplication]:

@@ -16,25 +16,27 @@ the stack; every exception becomes a condition and an Event.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any, Hashable
 
 from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef
 from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, DIGEST_ANNOTATION, FINALIZER,
                                       REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION, kfdef_path)
 from kfdef_operator.api.types import JSON
 from kfdef_operator.build.cache import RenderCache
-from kfdef_operator.build.confinement import path_segment
 from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.build.kustomize import KustomizeError
 from kfdef_operator.build.render import RenderError
+from kfdef_operator.build.workspace import render_dir
 from kfdef_operator.controller.desired import DesiredState, build_desired
+from kfdef_operator.controller.heartbeat import Liveness
+from kfdef_operator.controller.housekeeping import Housekeeper, source_user
 from kfdef_operator.controller.queue import WorkQueue
+from kfdef_operator.controller.workpool import WorkPool
 from kfdef_operator.runtime import conditions as cond
 from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.events import EventRecorder
@@ -43,7 +45,10 @@ from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Failure, InventoryEntry, Stack, decode_inventory
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.runtime.tracker import Tracker, instance_label
-from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_sources
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.errors import SourceError
+from kfdef_operator.source.options import CacheLimits, FetchOptions
+from kfdef_operator.source.resolve import resolve_sources
 from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Discovery
@@ -55,7 +60,6 @@ from kfdef_operator.upgrade.convert import UnservedApiVersions, upgrade_objects
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,9 @@ class Reconciler:
     def __init__(self, kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None = None) -> None:
         self.kube = kube
         self.settings = settings
-        self.source_cache = SourceCache(settings.work_dir / "sources")
+        self.source_cache = SourceCache(settings.work_dir / "sources", CacheLimits.from_env())
+        # A KfDef never reads the operator's work directory (other KfDefs' sources and renders) as a source.
+        self.fetch_options = replace(settings.fetch_options, private_dirs=(settings.work_dir,))
         self.render_cache = RenderCache(settings.work_dir / "rendered", settings.renderer, settings.renderer.settings)
         self.discovery = Discovery(kube)
         self.tracker = Tracker(kube, self._on_object_event)
@@ -129,7 +135,11 @@ class Reconciler:
         self.writers: dict[Key, StatusWriter] = {}
         self.healer = Healer(kube, self.manager, self.tracker, self.events, self.stacks, self.refresh)
         self.queue = WorkQueue(self._work, gate=gate)  # type: ignore[arg-type]
-        self._pool = concurrent.futures.ThreadPoolExecutor(settings.work_threads, thread_name_prefix="fetch-render")
+        self.work_pool = WorkPool(settings.work_threads)  # fetch and render, off the event loop's default executor
+        metrics.watch_work_pool(lambda: self.work_pool.running, lambda: self.work_pool.waiting)
+        self.liveness = Liveness(self.work_pool)
+        self.housekeeper = Housekeeper(settings.work_dir, self.source_cache, self.render_cache, self.work_pool,
+                                       live=lambda: set(self.stacks))
         self._bodies: dict[Key, JSON] = {}
         self._triggers: dict[Key, tuple[Any, ...]] = {}
         self._attempts: dict[Key, int] = {}
@@ -140,14 +150,16 @@ class Reconciler:
 
     async def start(self) -> None:
         await self.discovery.refresh()
+        self.liveness.start()
+        self.housekeeper.start()
 
     def ready(self) -> bool:
         """Readiness: discovery is loaded, so KfDefs can be worked on."""
         return self.discovery.cached("v1", "Namespace") is not None
 
     def alive(self) -> bool:
-        """Liveness: answering at all proves the event loop runs."""
-        return True
+        """Liveness: the event loop and its threads make progress (controller/heartbeat.py)."""
+        return self.liveness.alive()
 
     async def stop(self) -> None:
         await self.queue.stop()
@@ -157,7 +169,9 @@ class Reconciler:
         for timer in self._timers:
             timer.cancel()
         await self.tracker.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        await self.housekeeper.stop()
+        await self.liveness.stop()
+        self.work_pool.shutdown()
 
     # -- KfDef events ------------------------------------------------------------------
 
@@ -261,15 +275,14 @@ class Reconciler:
 
         try:
             await step("FetchingSources", f"fetching {len(kfdef.repos)} source(s)")
-            sources = await self._in_pool(resolve_sources, kfdef.repos, self.source_cache,
-                                          self.settings.fetch_options)
+            sources = await self.work_pool.run(resolve_sources, kfdef.repos, self.source_cache, self.fetch_options,
+                                               user=source_user(*stack.key))
         except SourceError as error:
             raise Fail("SourceFailed", str(error), retry=True) from None
         try:
             await step("Rendering", f"rendering {len(kfdef.applications)} application(s)")
-            rendered = await self._in_pool(self.render_cache.render, body, kfdef, sources,
-                                           self.settings.work_dir / "render" / path_segment(stack.owner.namespace)
-                                           / path_segment(stack.owner.name))
+            rendered = await self.work_pool.run(self.render_cache.render, body, kfdef, sources,
+                                                render_dir(self.settings.work_dir, *stack.key))
         except (RenderError, KustomizeError) as error:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
         desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
@@ -301,10 +314,6 @@ class Reconciler:
             return backoff(attempt, base=10.0)
         self._attempts.pop(stack.key, None)
         return jittered(kfdef.interval or self.settings.interval)
-
-    async def _in_pool(self, function: Callable[..., T], *args: Any) -> T:
-        """Run blocking fetch and render work on the operator's own bounded pool, not the default executor."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
 
     def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, str]:
         """Upgrade the rendered objects and settle the stack's desired state; also returns what was upgraded."""
@@ -506,6 +515,7 @@ class Reconciler:
         return None
 
     async def _forget(self, key: Key) -> None:
+        await self.housekeeper.forget(*key)  # its render directory, cached render and sources
         stack = self.stacks.pop(key, None)
         writer = self.writers.pop(key, None)
         self._attempts.pop(key, None)

@@ -16,6 +16,8 @@ HEALS = Counter("kfdef_heals", "Owned objects re-created or re-asserted, by caus
 HEAL_SECONDS = Histogram("kfdef_heal_latency_seconds", "From the event to the object applied again.",
                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 CONDITION = Gauge("kfdef_condition", "Condition status per KfDef (1 true, 0 false).", ["namespace", "name", "type"])
+WORK_POOL_JOBS = Gauge("kfdef_work_pool_jobs", "Source fetches and renders on the work pool, by state (running, "
+                       "waiting).", ["state"])
 
 
 class ApiRequests(Collector):
@@ -37,6 +39,12 @@ def count_api_requests(counts: Callable[[], Mapping[str, int]]) -> ApiRequests:
     collector = ApiRequests(counts)
     REGISTRY.register(collector)
     return collector
+
+
+def watch_work_pool(running: Callable[[], int], waiting: Callable[[], int]) -> None:
+    """Report the work pool's running and waiting jobs at scrape time."""
+    WORK_POOL_JOBS.labels("running").set_function(running)
+    WORK_POOL_JOBS.labels("waiting").set_function(waiting)
 
 
 def exposition() -> bytes:
