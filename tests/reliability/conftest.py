@@ -74,6 +74,8 @@ GROUPS = {  # module -> (order, heading in the report)
     "test_bad_input": (6, "Bad input"),
     "test_security": (7, "Security"),
     "test_build_trust": (8, "Security: what a tenant's manifests can make a build do"),
+    "test_source_trust": (9, "Security: what a source may reach"),
+    "test_isolation": (10, "Isolation: slow sources, liveness, disk"),
 }
 
 

@@ -158,10 +158,12 @@ def tarball(root: Path, *, top: str = "manifests") -> bytes:
 @dataclass
 class Route:
     """What one path answers: ``ok`` (the body), ``500``, ``404``, ``slow`` (never answers in time),
-    ``truncated`` (half the body, announced as complete)."""
+    ``truncated`` (half the body, announced as complete), ``trickle`` (the body at one byte a second),
+    ``redirect`` (302 to ``location``)."""
 
     body: bytes = b""
     mode: str = "ok"
+    location: str = ""
     hits: list[float] = field(default_factory=list)
     authorization: list[str] = field(default_factory=list)
 
@@ -172,6 +174,7 @@ class TarballServer:
     def __init__(self, port: int = 0, *, tls: tuple[Path, Path] | None = None) -> None:
         self.routes: dict[str, Route] = {}
         self.release = threading.Event()  # lets stalled ("slow") answers finish
+        self.closing = threading.Event()  # ends trickling answers
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -194,12 +197,35 @@ class TarballServer:
                 if route.mode in ("500", "404"):
                     self.send_error(int(route.mode))
                     return
+                if route.mode == "redirect":
+                    self.send_response(302)
+                    self.send_header("Location", route.location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if route.mode == "trickle":
+                    self._trickle(route.body)
+                    return
                 body = route.body[: len(route.body) // 2] if route.mode == "truncated" else route.body
                 self.send_response(200)
                 self.send_header("Content-Type", "application/gzip")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _trickle(self, body: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/gzip")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for index in range(len(body)):
+                    try:
+                        self.wfile.write(body[index:index + 1])
+                        self.wfile.flush()
+                    except OSError:  # the client gave up
+                        return
+                    if server.closing.wait(1.0):
+                        return
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
@@ -219,8 +245,13 @@ class TarballServer:
         self.routes[path] = Route(body, mode)
         return self.routes[path]
 
+    def redirect(self, path: str, location: str) -> Route:
+        self.routes[path] = Route(mode="redirect", location=location)
+        return self.routes[path]
+
     def close(self) -> None:
         self.release.set()
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

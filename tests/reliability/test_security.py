@@ -3,7 +3,9 @@
 RBAC least privilege (``kubectl auth can-i`` as the operator's service account against ``deploy/``) is checked in
 ``tests/cluster/test_deploy.py``. The package's operator runs with ``KFDEF_ALLOW_INSECURE_HTTP=1`` (as every test
 operator: the tests serve tarballs over plain http on 127.0.0.1), so the refusal of plain http and of unverified
-TLS is tested on ``FetchOptions`` and ``resolve_source``, the code the operator runs for every fetch.
+TLS is tested on ``FetchOptions`` and ``resolve_source``, the code the operator runs for every fetch. Their
+servers listen on 127.0.0.1, an internal address the options must allow (``KFDEF_ALLOWED_SOURCE_NETWORKS``);
+what a source may reach is tested in ``test_source_trust.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import uuid
 import pytest
 
 from kfdef_operator.api.kfdef import Repo
-from kfdef_operator.source.resolve import FetchOptions, SourceCache, SourceError, resolve_source
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.errors import SourceError
+from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolve import resolve_source
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
 from tests.reliability.support import TarballServer, self_signed_cert, tarball, wait_ready
 
@@ -87,6 +92,7 @@ def test_secrets_and_source_credentials_never_leak(operator, control_plane, kube
 
 
 FAST = {"retries": 0, "connect_timeout": 2, "read_timeout": 2}
+SERVER_ONLY = {"KFDEF_ALLOWED_SOURCE_NETWORKS": "127.0.0.1/32"}
 
 
 @pytest.mark.parametrize("value", ["", "0", "false", "no"], ids=["unset", "0", "false", "no"])
@@ -104,7 +110,7 @@ def test_plain_http_is_fetched_when_explicitly_allowed(tmp_path, server, new_sta
     """Plain http:// fetched when KFDEF_ALLOW_INSECURE_HTTP allows it"""
     stack = new_stack(with_webhook=False)
     server.serve("/m.tar.gz", tarball(stack.root))
-    options = FetchOptions.from_env({"KFDEF_ALLOW_INSECURE_HTTP": value}, **FAST)
+    options = FetchOptions.from_env({"KFDEF_ALLOW_INSECURE_HTTP": value, **SERVER_ONLY}, **FAST)
     resolved = resolve_source(Repo("manifests", server.url("/m.tar.gz")), SourceCache(tmp_path / "c"), options)
     assert (resolved.local_path / "app" / "base" / "kustomization.yaml").is_file()
     reliability.figure("setting", f"KFDEF_ALLOW_INSECURE_HTTP={value}")
@@ -119,10 +125,10 @@ def test_unverified_tls_is_refused_unless_the_ca_bundle_trusts_it(tmp_path, new_
         https.serve("/m.tar.gz", tarball(stack.root))
         repo = Repo("manifests", https.url("/m.tar.gz"))
         with pytest.raises(SourceError, match="TLS verification failed") as caught:
-            resolve_source(repo, SourceCache(tmp_path / "a"), FetchOptions.from_env({}, **FAST))
+            resolve_source(repo, SourceCache(tmp_path / "a"), FetchOptions.from_env(SERVER_ONLY, **FAST))
         assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value) and "KFDEF_CA_BUNDLE" in str(caught.value)
         assert not https.routes["/m.tar.gz"].hits, "nothing may be requested over an unverified connection"
-        trusted = FetchOptions.from_env({"KFDEF_CA_BUNDLE": str(cert)}, **FAST)
+        trusted = FetchOptions.from_env({"KFDEF_CA_BUNDLE": str(cert), **SERVER_ONLY}, **FAST)
         resolved = resolve_source(repo, SourceCache(tmp_path / "b"), trusted)
         assert resolved.revision.startswith("sha256:")
     finally:

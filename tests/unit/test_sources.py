@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import re
 import tarfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -398,3 +399,15 @@ def test_resolve_sources_maps_every_repo(tmp_path, cache, local):
     (tmp_path / "a").mkdir()
     resolved = resolve_sources([Repo("one", str(tmp_path / "a")), Repo("two", f"file://{tmp_path}/a")], cache, local)
     assert sorted(resolved) == ["one", "two"] and resolved["two"].name == "two"
+
+
+def test_git_connects_only_where_the_policy_allows(cache):
+    for uri, refusal in (("git+https://localhost:1/r.git", "localhost resolves to"),
+                         ("git+ssh://git@10.1.2.3/r.git", "10.1.2.3 is an internal address (private)")):
+        with pytest.raises(SourceError, match=re.escape(refusal)):
+            fetch(uri, cache, FetchOptions())
+    assert not list((cache.root / "git").iterdir())
+    repo = Repo("manifests", "git+https://127.0.0.1:8443/r.git")
+    config, env = git_module._transport(repo, parse_git_uri(repo.uri), FAST)
+    assert "http.curloptResolve=127.0.0.1:8443:127.0.0.1" in config and "http.followRedirects=false" in config
+    assert env["GIT_ALLOW_PROTOCOL"] == "https" and env["GIT_TERMINAL_PROMPT"] == "0"
