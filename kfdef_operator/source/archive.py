@@ -24,21 +24,16 @@ from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import FetchOptions
 
 _CHUNK = 1024 * 1024
+_BLOCK = 4096
 
 
 def inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def tree_bytes(root: Path) -> int:
-    """Bytes of the regular files under ``root`` (what unpacking it wrote), links not followed."""
-    total = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            stat = os.lstat(os.path.join(directory, name))
-            if not os.path.islink(os.path.join(directory, name)):
-                total += stat.st_size
-    return total
+def on_disk(size: int) -> int:
+    """Bytes a file of ``size`` bytes occupies on disk (whole blocks, as ``du`` and the kubelet count)."""
+    return -(-size // _BLOCK) * _BLOCK
 
 
 def unpacked(repo: Repo, cache: SourceCache, options: FetchOptions, archive: Path, digest: str, *,
@@ -71,8 +66,8 @@ def safe_extract(stream: IO[bytes], dest: Path, options: FetchOptions, *, repo: 
                  deadline: Deadline | None = None) -> None:
     """Extract the tar archive in ``stream`` into the existing directory ``dest``, refusing anything unsafe.
 
-    ``max_bytes`` (default ``options.max_unpacked_bytes``) bounds the bytes written; ``deadline`` is checked
-    between entries.
+    ``max_bytes`` (default ``options.max_unpacked_bytes``) bounds the disk space written (files in whole blocks,
+    a block per directory); ``deadline`` is checked between entries.
     """
     limit = options.max_unpacked_bytes if max_bytes is None else max_bytes
 
@@ -80,7 +75,7 @@ def safe_extract(stream: IO[bytes], dest: Path, options: FetchOptions, *, repo: 
         return SourceError(repo.name, repo.uri, f"unsafe archive refused: {reason}")
 
     def over_limit() -> SourceError:
-        return refuse(f"unpacks to more than {limit} bytes (a KfDef's sources may unpack to "
+        return refuse(f"unpacks to more than {limit} bytes on disk (a KfDef's sources may take "
                       f"{options.max_unpacked_bytes} bytes in total)")
 
     root = dest.resolve()
@@ -107,12 +102,15 @@ def safe_extract(stream: IO[bytes], dest: Path, options: FetchOptions, *, repo: 
                 if target.is_symlink():  # a later entry replaces a link; never write through it
                     target.unlink()
                 if member.isdir():
+                    total += _BLOCK
+                    if total > limit:
+                        raise over_limit()
                     target.mkdir(parents=True, exist_ok=True)
                 elif member.isfile():
                     if member.size > options.max_file_bytes:
                         raise refuse(f"entry {member.name!r} is {member.size} bytes, over the "
                                      f"{options.max_file_bytes}-byte limit per file")
-                    total += member.size
+                    total += on_disk(member.size)
                     if total > limit:
                         raise over_limit()
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +134,7 @@ def safe_extract(stream: IO[bytes], dest: Path, options: FetchOptions, *, repo: 
                     if source_path is None or not inside(source_path.resolve(), root) or not source_path.is_file():
                         raise refuse(f"hard link {member.name!r} -> {member.linkname!r} does not name a file "
                                      "inside the archive")
-                    total += source_path.stat().st_size
+                    total += on_disk(source_path.stat().st_size)
                     if total > limit:
                         raise over_limit()
                     target.parent.mkdir(parents=True, exist_ok=True)

@@ -254,6 +254,7 @@ def _request(repo: Repo, session: requests.Session, url: str, previous: str | No
             parts = urlsplit(url)
             options.networks.vet_proxied(url, parts.port or (443 if parts.scheme.lower() == "https" else 80))
         return session.get(url, headers=headers, stream=True, allow_redirects=False, verify=options.ca_bundle or True,
+                           auth=_credentials_for(url, repo.uri),
                            timeout=(deadline.bound(options.connect_timeout), deadline.bound(options.read_timeout)))
     except AddressRefused as refused:
         raise SourceError(repo.name, repo.uri, f"refused{via}: {refused}") from None
@@ -266,6 +267,15 @@ def _request(repo: Repo, session: requests.Session, url: str, previous: str | No
     except (requests.ConnectionError, requests.Timeout, OSError) as exc:
         deadline.check()
         raise _Retryable(f"{type(exc).__name__}{via}: {exc}") from None
+
+
+def _credentials_for(url: str, source: str) -> tuple[str, str] | None:
+    """The user info of the source URI, for a hop to the same origin (scheme, host, port) only; another origin
+    gets none (netrc still applies per host)."""
+    hop, origin = urlsplit(url), urlsplit(source)
+    user, password = requests.utils.get_auth_from_url(source)
+    same = (hop.scheme, hop.hostname, hop.port) == (origin.scheme, origin.hostname, origin.port)
+    return (user, password) if same and (user or password) and not hop.username else None
 
 
 def _stream_body(repo: Repo, response: requests.Response, target: Path, declared: int, options: FetchOptions,

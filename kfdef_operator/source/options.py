@@ -56,7 +56,7 @@ class FetchOptions:
     backoff_seconds: float = 1.0  #: first retry delay; doubles each time
     max_redirects: int = 10
     max_download_bytes: int = 128 * MiB  #: per tarball download, and per git fetch
-    max_unpacked_bytes: int = 128 * MiB  #: per KfDef: all of its fetched sources together
+    max_unpacked_bytes: int = 128 * MiB  #: disk space per KfDef: all of its fetched sources together, unpacked
     max_files: int = 50_000
     max_file_bytes: int = 16 * MiB
     ca_bundle: str | None = None

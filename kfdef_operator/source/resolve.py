@@ -30,8 +30,8 @@ from typing import Sequence
 from urllib.parse import urlsplit
 
 from kfdef_operator.api.kfdef import Repo
-from kfdef_operator.source.archive import tree_bytes, unpacked
-from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.archive import unpacked
+from kfdef_operator.source.cache import SourceCache, disk_usage
 from kfdef_operator.source.deadline import Deadline, DeadlineExceeded
 from kfdef_operator.source.errors import SourceError, redact_uri
 from kfdef_operator.source.git import git_tree, parse_git_uri
@@ -68,11 +68,11 @@ def resolve_sources(repos: Sequence[Repo], cache: SourceCache, options: FetchOpt
         entries |= used
         tree = cache.entry_of(source.local_path)
         if tree is not None:
-            unpacked_bytes += tree_bytes(tree)
+            unpacked_bytes += disk_usage(tree)
             if unpacked_bytes > options.max_unpacked_bytes:
-                raise SourceError(repo.name, repo.uri, f"the KfDef's sources unpack to more than "
-                                                       f"{options.max_unpacked_bytes} bytes in total; use fewer or "
-                                                       "smaller repos")
+                raise SourceError(repo.name, repo.uri, f"the KfDef's sources take more than "
+                                                       f"{options.max_unpacked_bytes} bytes on disk in total; use "
+                                                       "fewer or smaller repos")
     if user is not None:
         cache.record_use(user, entries)
     return resolved

@@ -117,6 +117,26 @@ def test_https_redirecting_to_plain_http_is_refused(tmp_path, new_stack, server,
                                        "followed once KFDEF_ALLOW_INSECURE_HTTP=1")
 
 
+def test_redirects_keep_the_uris_credentials_for_its_own_origin_only(tmp_path, new_stack, server, reliability):
+    """Credentials in the URI follow a redirect on the same server, never to another one"""
+    other = TarballServer()
+    try:
+        stack = new_stack(with_webhook=False)
+        server.serve("/m.tar.gz", tarball(stack.root))
+        other.serve("/m.tar.gz", tarball(stack.root))
+        server.redirect("/same", server.url("/m.tar.gz"))
+        server.redirect("/away", other.url("/m.tar.gz"))
+        options = FetchOptions.from_env({"KFDEF_ALLOW_INSECURE_HTTP": "1", **SERVER_ONLY}, **FAST)
+        for path in ("/same", "/away"):
+            resolve_source(Repo("manifests", server.url(path, "user:s3cret")), SourceCache(tmp_path / path[1:]),
+                           options)
+        assert server.routes["/m.tar.gz"].authorization[0].startswith("Basic ")
+        assert other.routes["/m.tar.gz"].authorization == [""], "credentials were sent to another server"
+    finally:
+        other.close()
+    reliability.figure("credentials", "kept on the same origin, dropped for another")
+
+
 def test_a_name_resolving_to_an_internal_address_is_refused(tmp_path, new_stack, server, reliability):
     """A host name resolving to loopback: the address is checked, not the name"""
     stack = new_stack(with_webhook=False)
