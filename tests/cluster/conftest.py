@@ -28,8 +28,10 @@ def kfdef_crd(kube: Kube) -> None:
 
 @pytest.fixture(scope="session")
 def operator(control_plane, kfdef_crd, tmp_path_factory) -> Iterator[OperatorProcess]:
-    """``kfdef-operator run`` watching all namespaces with the admin kubeconfig."""
-    process = OperatorProcess(control_plane.kubeconfig, tmp_path_factory.mktemp("operator"))
+    """``kfdef-operator run`` watching all namespaces with the admin kubeconfig. Local sources: the tests' stacks
+    (pytest's base directory) and the demo stack shipped in ``kfdefs/demo``."""
+    process = OperatorProcess(control_plane.kubeconfig, tmp_path_factory.mktemp("operator"),
+                              local_source_roots=(tmp_path_factory.getbasetemp(), ROOT / "kfdefs" / "demo"))
     process.start()
     yield process
     process.stop()
