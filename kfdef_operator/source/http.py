@@ -86,15 +86,19 @@ class _GuardedConnectionMixin:
                 addresses = guard.policy.resolve(self._dns_host, self.port)
             except socket.gaierror as exc:
                 raise NameResolutionError(self._dns_host, self, exc) from exc  # type: ignore[arg-type]
-            for address in addresses:
-                self._dns_host = str(address)  # connect to exactly the address that was checked
-                try:
-                    sock = super()._new_conn()  # type: ignore[misc]
-                    break
-                except (NewConnectionError, ConnectTimeoutError) as exc:
-                    failure = exc
-            else:
-                raise failure or AddressRefused("the host has no address")
+            name = self._dns_host  # also what TLS verifies and the Host header names: restored below
+            try:
+                for address in addresses:
+                    self._dns_host = str(address)  # connect to exactly the address that was checked
+                    try:
+                        sock = super()._new_conn()  # type: ignore[misc]
+                        break
+                    except (NewConnectionError, ConnectTimeoutError) as exc:
+                        failure = exc
+                else:
+                    raise failure or AddressRefused("the host has no address")
+            finally:
+                self._dns_host = name
         guard.track(sock)
         return sock
 

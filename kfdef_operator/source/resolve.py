@@ -61,13 +61,15 @@ def resolve_sources(repos: Sequence[Repo], cache: SourceCache, options: FetchOpt
     """
     resolved: dict[str, ResolvedSource] = {}
     entries: set[Path] = set()
+    counted: set[Path] = set()
     unpacked_bytes = 0
     for repo in repos:
         source, used = _resolve(repo, cache, options, allowance=options.max_unpacked_bytes - unpacked_bytes)
         resolved[repo.name] = source
         entries |= used
         tree = cache.entry_of(source.local_path)
-        if tree is not None:
+        if tree is not None and tree not in counted:  # two repos may share a tree
+            counted.add(tree)
             unpacked_bytes += disk_usage(tree)
             if unpacked_bytes > options.max_unpacked_bytes:
                 raise SourceError(repo.name, repo.uri, f"the KfDef's sources take more than "

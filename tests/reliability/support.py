@@ -258,12 +258,13 @@ class TarballServer:
 
 # --- certificates ------------------------------------------------------------------------------------------
 
-def self_signed_cert(directory: Path, name: str = "localhost") -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and localhost (cert, key), made with openssl."""
+def self_signed_cert(directory: Path, name: str = "localhost", *, ip: bool = True) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost and, with ``ip``, 127.0.0.1 (cert, key), made with openssl."""
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    names = "IP:127.0.0.1,DNS:localhost" if ip else "DNS:localhost"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert),
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                    "-nodes", "-days", "2", "-subj", f"/CN={'127.0.0.1' if ip else 'localhost'}", "-keyout", str(key),
+                    "-out", str(cert), "-addext", f"subjectAltName={names}"],
                    check=True, capture_output=True)
     return cert, key
 

@@ -137,6 +137,23 @@ def test_redirects_keep_the_uris_credentials_for_its_own_origin_only(tmp_path, n
     reliability.figure("credentials", "kept on the same origin, dropped for another")
 
 
+def test_an_https_source_named_by_host_is_verified_by_that_name(tmp_path, new_stack, reliability):
+    """https://localhost with a certificate naming only localhost: connected at the checked address, verified by name"""
+    cert, key = self_signed_cert(tmp_path, ip=False)
+    https = TarballServer(tls=(cert, key))
+    try:
+        stack = new_stack(with_webhook=False)
+        https.serve("/m.tar.gz", tarball(stack.root))
+        options = FetchOptions.from_env({"KFDEF_CA_BUNDLE": str(cert),
+                                         "KFDEF_ALLOWED_SOURCE_NETWORKS": "127.0.0.0/8, ::1"}, **FAST)
+        resolved = resolve_source(Repo("manifests", f"https://localhost:{https.port}/m.tar.gz"), SourceCache(tmp_path),
+                                  options)
+        assert resolved.revision.startswith("sha256:") and https.routes["/m.tar.gz"].hits
+    finally:
+        https.close()
+    reliability.figure("verified", "certificate for DNS:localhost only, connection pinned to the checked address")
+
+
 def test_a_name_resolving_to_an_internal_address_is_refused(tmp_path, new_stack, server, reliability):
     """A host name resolving to loopback: the address is checked, not the name"""
     stack = new_stack(with_webhook=False)
