@@ -21,9 +21,9 @@ from typing import Any, Callable
 from pyinstrument import Profiler
 
 from kfdef_operator.controller import reconciler
-from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.ssa.client import KubeClient
 
 from .context import KFDEFS_PATH, Bench, all_applied
 

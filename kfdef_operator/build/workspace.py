@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Collection
 from pathlib import Path
-from typing import Collection
 
 from kfdef_operator.build.cache import RenderCache
 from kfdef_operator.build.confinement import path_segment

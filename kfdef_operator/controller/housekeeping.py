@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Callable, Collection
 
 from kfdef_operator.build import workspace
 from kfdef_operator.build.cache import RenderCache

@@ -26,9 +26,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from kfdef_operator.source.gc import CacheEntry, select_removals
 from kfdef_operator.source.options import CacheLimits, MiB

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class DeadlineExceeded(Exception):
@@ -56,7 +56,7 @@ class Deadline:
                 return
         _quietly(action)
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         self._timer = threading.Timer(self.remaining(), self._fire)
         self._timer.daemon = True
         self._timer.start()

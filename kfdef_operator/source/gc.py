@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Sequence
 
 from kfdef_operator.source.options import CacheLimits
 

@@ -19,9 +19,9 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from kfdef_operator.api.kfdef import Repo, relative_path_problem
@@ -154,7 +154,7 @@ def _fetch(repo: Repo, mirror: Path, location: GitLocation, config: list[str], e
                     process.wait()
                     _drop_partial_packs(mirror)
                     raise SourceError(repo.name, repo.uri, f"git fetch refused: {problem}",
-                                      transient=deadline.expired)
+                                      transient=deadline.expired) from None
         if process.returncode != 0:
             stderr.seek(0)
             raise _GitFailed(" ".join(stderr.read().decode(errors="replace").split())[-500:])

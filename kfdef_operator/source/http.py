@@ -22,10 +22,11 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests

@@ -18,12 +18,12 @@ from __future__ import annotations
 import ipaddress
 import socket
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
 from urllib.parse import urlsplit
 
-IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _SHARED = ipaddress.ip_network("100.64.0.0/10")        # carrier-grade NAT (RFC 6598): not global, not "private"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")          # well-known NAT64 prefix (RFC 6052)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
 
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 
@@ -69,7 +69,7 @@ class FetchOptions:
     base_dir: Path | None = None
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> "FetchOptions":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> FetchOptions:
         """Defaults, then the environment (``docs/sources.md#settings``), then ``overrides``.
 
         Raises ValueError naming the variable whose value cannot be used.
@@ -100,7 +100,7 @@ class CacheLimits:
     grace: float = 60.0  #: entries used this recently are never removed (a reconcile may be about to use them)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "CacheLimits":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> CacheLimits:
         """Defaults, then ``KFDEF_SOURCE_CACHE_MAX_SIZE`` and ``KFDEF_SOURCE_CACHE_TTL``."""
         env = os.environ if environ is None else environ
         limits = cls()

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 from urllib.parse import urlsplit
 
 from kfdef_operator.api.kfdef import Repo

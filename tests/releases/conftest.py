@@ -19,7 +19,9 @@ import yaml
 from kfdef_operator.api.kfdef import KfDef, Repo, parse_kfdef
 from kfdef_operator.build import kustomize
 from kfdef_operator.build.render import RenderedApplication, render
-from kfdef_operator.source.resolve import FetchOptions, ResolvedSource, SourceCache, resolve_source
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolve import ResolvedSource, resolve_source
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = Path(os.environ.get("KFDEF_STACKS_DIR") or ROOT.parent / "shared" / "stacks")
@@ -53,7 +55,8 @@ def release_trees(tmp_path_factory) -> dict[str, ResolvedSource]:
         pytest.fail(f"release archives {', '.join(missing)} not found in {STACKS}: set KFDEF_STACKS_DIR to the "
                     "directory holding them (../shared/stacks from the main checkout)")
     cache = SourceCache(tmp_path_factory.mktemp("sources"))
-    return {version: resolve_source(Repo("manifests", (STACKS / archive).as_uri()), cache, FetchOptions())
+    options = FetchOptions(local_roots=(STACKS,))  # the one directory these local sources may come from
+    return {version: resolve_source(Repo("manifests", (STACKS / archive).as_uri()), cache, options)
             for version, archive in ARCHIVES.items()}
 
 

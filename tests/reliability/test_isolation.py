@@ -31,9 +31,8 @@ def test_slow_sources_do_not_stop_another_kfdef(operator, control_plane, kube, k
     server.serve("/healthy.tar.gz", tarball(healthy_stack.root))
     # This scenario's own operator (the package's one is paused): a short deadline, the default pool size.
     operator.stop()
-    isolated = OperatorProcess(control_plane.kubeconfig, tmp_path / "operator",
-                               env={**OPERATOR_ENV, "KFDEF_FETCH_TIMEOUT": f"{FETCH_TIMEOUT}s",
-                                    "KFDEF_PARALLELISM_LIMIT": "4"})
+    isolated = OperatorProcess(control_plane.kubeconfig, tmp_path / "operator", extra_args=("--work-threads", "4"),
+                               env={**OPERATOR_ENV, "KFDEF_FETCH_TIMEOUT": f"{FETCH_TIMEOUT}s"})
     isolated.start()
     probes: list[str | None] = []
     try:
@@ -72,7 +71,7 @@ def test_slow_sources_do_not_stop_another_kfdef(operator, control_plane, kube, k
         reliability.figure("s from Deployment deleted to re-created", round(heal_after, 2))
         reliability.figure("/healthz probes", f"{len(probes)}, all 200")
         reliability.note(f"{SLOW_SOURCES} KfDefs trickling 1 byte/s, KFDEF_FETCH_TIMEOUT={FETCH_TIMEOUT}s, "
-                         "--parallelism-limit 4")
+                         "--work-threads 4")
         delete_kfdefs(kube, kfdef_namespace)
     finally:
         isolated.stop()

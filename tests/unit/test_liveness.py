@@ -1,4 +1,5 @@
-"""/healthz of the real probe server: it fails when the event loop's executor or the work pool is stuck."""
+"""/healthz of the real probe server and the reconciler's liveness: it fails when the event loop's executor or the
+work pool is stuck."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 import aiohttp
 
 from kfdef_dev.controlplane import free_port
-from kfdef_operator.controller.heartbeat import Heartbeat
+from kfdef_operator.controller.heartbeat import Heartbeat, Liveness
 from kfdef_operator.controller.server import ProbeServer
 from kfdef_operator.controller.workpool import WorkPool
+
+
+def probes(liveness: Liveness) -> types.SimpleNamespace:
+    """What the reconciler hands the probe server: its liveness, and readiness (not under test)."""
+    return types.SimpleNamespace(alive=liveness.alive, ready=lambda: True)
 
 
 async def _healthz(port: int) -> tuple[int, str]:
@@ -36,22 +42,25 @@ def test_healthz_fails_while_the_default_executor_is_stuck_and_recovers():
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(2))  # the threads asyncio resolves names on
         port = free_port()
-        server = ProbeServer(types.SimpleNamespace(work_pool=WorkPool(1)), f"127.0.0.1:{port}",
-                             heartbeat=Heartbeat(interval=0.1, stale_after=1.0))
+        liveness = Liveness(WorkPool(1), heartbeat=Heartbeat(interval=0.1, stale_after=1.0))
+        liveness.start()
+        server = ProbeServer(probes(liveness), f"127.0.0.1:{port}")
         await server.start()
         try:
             assert await _healthz(port) == (200, "ok\n")
             release = threading.Event()
             blockers = [loop.run_in_executor(None, release.wait, 30) for _ in range(2)]
-            code, text, waited = await _until(port, 503)
-            assert code == 503 and "no heartbeat" in text and "default executor are stuck" in text, (code, text)
+            code, _, waited = await _until(port, 503)
+            assert code == 503, "/healthz stayed 200 while the default executor was stuck"
             assert 0.9 <= waited < 3, f"/healthz failed after {waited:.1f} s, the limit is 1 s"
+            assert "default executor are stuck" in (liveness.problem() or "")
             release.set()
             await asyncio.gather(*blockers)
             code, text, _ = await _until(port, 200)
             assert (code, text) == (200, "ok\n")
         finally:
             await server.stop()
+            await liveness.stop()
 
     asyncio.run(scenario())
 
@@ -61,7 +70,8 @@ def test_healthz_fails_when_every_work_thread_is_held_too_long():
         now = [0.0]
         pool = WorkPool(1, clock=lambda: now[0])
         port = free_port()
-        server = ProbeServer(types.SimpleNamespace(work_pool=pool), f"127.0.0.1:{port}", work_stuck_after=600)
+        liveness = Liveness(pool, work_stuck_after=600)
+        server = ProbeServer(probes(liveness), f"127.0.0.1:{port}")
         await server.start()
         release = threading.Event()
         job = asyncio.create_task(pool.run(release.wait, 30))
@@ -70,8 +80,8 @@ def test_healthz_fails_when_every_work_thread_is_held_too_long():
                 await asyncio.sleep(0.01)
             assert await _healthz(port) == (200, "ok\n")  # busy is not stuck
             now[0] = 601.0
-            code, text = await _healthz(port)
-            assert code == 503 and "all 1 work threads have run the same fetch or render for over 600 s" in text
+            assert (await _healthz(port))[0] == 503
+            assert "all 1 work threads have run the same fetch or render for over 600 s" in (liveness.problem() or "")
         finally:
             release.set()
             await job
