@@ -55,7 +55,7 @@ def internal_reason(address: IPAddress) -> str | None:
     embedded = embedded_ipv4(address)
     if embedded is not None:
         reason = internal_reason(embedded)
-        return f"{reason} (IPv4 {embedded} inside IPv6)" if reason else None
+        return f"{reason}, as IPv4 {embedded} inside IPv6" if reason else None
     if address.is_unspecified:
         return "unspecified"
     if address.is_loopback:
@@ -120,7 +120,7 @@ class NetworkPolicy:
         for address in addresses:
             refusal = self.refusal(address)
             if refusal:
-                subject = f"{address} is" if host == str(address) else f"{host} resolves to {address},"
+                subject = f"{host} is" if _is_literal(host, address) else f"{host} resolves to {address},"
                 raise AddressRefused(f"{subject} {refusal}; sources are fetched from public addresses only, unless "
                                      "the operator's KFDEF_ALLOWED_SOURCE_NETWORKS allows the network")
 
@@ -143,6 +143,14 @@ class NetworkPolicy:
                 addresses.append(address)
         self.check(host, addresses)
         return addresses
+
+
+def _is_literal(host: str, address: IPAddress) -> bool:
+    """Whether ``host`` is ``address`` written out (in any of its forms), not a name."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")) == address
+    except ValueError:
+        return False
 
 
 def uses_proxy(url: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 
 import pytest
 
@@ -52,6 +53,13 @@ def test_a_name_with_one_internal_address_is_refused_as_a_whole():
                                              r"\(private\); .*KFDEF_ALLOWED_SOURCE_NETWORKS"):
         NetworkPolicy().check("mirror.example", addresses)
     NetworkPolicy().check("public.example", addresses[:1])
+
+
+def test_a_literal_address_is_named_as_written():
+    expected = ("::ffff:169.254.169.254 is an internal address (link-local, where cloud metadata services answer, as "
+                "IPv4 169.254.169.254 inside IPv6)")
+    with pytest.raises(AddressRefused, match="^" + re.escape(expected)):
+        NetworkPolicy().resolve("::ffff:169.254.169.254", 80)
 
 
 def test_names_are_judged_by_what_they_resolve_to():
