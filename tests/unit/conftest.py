@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from kfdef_operator.api.kfdef import Repo
-from kfdef_operator.source.resolve import FetchOptions, ResolvedSource, SourceCache, resolve_source
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolve import ResolvedSource, resolve_source
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = Path(os.environ.get("KFDEF_STACKS_DIR") or ROOT.parent / "shared" / "stacks")
@@ -23,7 +25,7 @@ def kubeflow_v1_2_source(tmp_path_factory) -> ResolvedSource:
         pytest.fail(f"{archive} is missing: set KFDEF_STACKS_DIR to the directory holding the Kubeflow release "
                     "tarballs (../shared/stacks from the main checkout)")
     return resolve_source(Repo("manifests", str(archive)), SourceCache(tmp_path_factory.mktemp("sources")),
-                          FetchOptions.from_env({}))
+                          FetchOptions.from_env({}, local_roots=(STACKS,)))  # the one directory it may read
 
 
 @pytest.fixture(scope="session")

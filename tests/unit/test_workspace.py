@@ -22,7 +22,7 @@ def _kfdef_files(work_dir, cache, namespace, name, age=0.0):
 
 
 def test_forget_removes_the_render_directory_and_the_cached_render(tmp_path):
-    cache = RenderCache(tmp_path / "rendered", lambda *a: [])
+    cache = RenderCache(tmp_path / "rendered", lambda *a: [], lambda: "")
     directory, cached = _kfdef_files(tmp_path, cache, "ns", "kf")
     other = _kfdef_files(tmp_path, cache, "ns", "other")
     workspace.forget(tmp_path, cache, "ns", "kf")
@@ -31,7 +31,7 @@ def test_forget_removes_the_render_directory_and_the_cached_render(tmp_path):
 
 
 def test_collect_removes_what_no_live_kfdef_owns_once_it_is_old_enough(tmp_path):
-    cache = RenderCache(tmp_path / "rendered", lambda *a: [])
+    cache = RenderCache(tmp_path / "rendered", lambda *a: [], lambda: "")
     live = _kfdef_files(tmp_path, cache, "ns", "live", age=10_000)
     deleted = _kfdef_files(tmp_path, cache, "gone", "kf", age=10_000)
     recent = _kfdef_files(tmp_path, cache, "ns", "new", age=5)
