@@ -8,10 +8,10 @@ repository already says elsewhere, so the bundle cannot drift from the
 kustomize install:
 
 * ``spec.install``: the Deployment and the ClusterRole rules of
-  ``kustomize build deploy`` (OLM creates the ServiceAccount and binds the rules
-  itself); the Deployment loses its ``envFrom`` of deploy/'s generated
-  ConfigMap, because OLM users set environment through the Subscription's
-  ``spec.config.env``;
+  ``kustomize build tools/olm``, which is deploy/ with the multi-tenant
+  component (OLM creates the ServiceAccount and binds the rules itself); the
+  Deployment loses its ``envFrom`` of deploy/'s generated ConfigMap, because
+  OLM users set environment through the Subscription's ``spec.config.env``;
 * ``spec.icon`` from ``tools/olm/icon.svg``, ``spec.relatedImages`` and the
   ``containerImage`` annotation from the Deployment's image;
 * ``alm-examples``: ``kfdefs/demo/kfdef.yaml`` fetching its manifests from a
@@ -37,6 +37,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "kfdef.apps.kubeflow.org_kfdefs.yaml"
+OLM_KUSTOMIZATION = ROOT / "tools" / "olm"  # deploy/ as OLM installs it (multi-tenant)
 CSV_BASE = ROOT / "tools" / "olm" / "csv-base.yaml"
 ICON = ROOT / "tools" / "olm" / "icon.svg"
 EXAMPLE_KFDEF = ROOT / "kfdefs" / "demo" / "kfdef.yaml"
@@ -141,7 +142,7 @@ def bundle_dockerfile() -> str:
 
 
 def generate(output: Path, kustomize: str) -> None:
-    objects = kustomize_build(ROOT / "deploy", kustomize)
+    objects = kustomize_build(OLM_KUSTOMIZATION, kustomize)
     csv = cluster_service_version(objects)
     files = {
         f"manifests/{csv['metadata']['name'].split('.v')[0]}.clusterserviceversion.yaml": dump(csv),

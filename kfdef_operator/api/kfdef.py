@@ -32,6 +32,7 @@ STACKS_APPLICATION = "kubeflow-apps"
 SUPPORTED_URI_SCHEMES = ("https", "http", "file", "git+https", "git+ssh", "git+http", "git+file")
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ class KfDef:
     interval: float | None = None
     #: ``spec.force``: re-create objects of any kind whose immutable fields changed. Flux's name.
     force: bool = False
+    #: ``spec.serviceAccountName``: the ServiceAccount, in the KfDef's own namespace, whose identity applies,
+    #: heals, prunes and deletes the stack ("": the operator's default). Flux's name.
+    service_account_name: str = ""
 
     @property
     def uses_stacks(self) -> bool:
@@ -220,6 +224,7 @@ def parse_kfdef(obj: Mapping[str, Any], *, default_name: str | None = None,
     force = spec.get("force", False)
     if not isinstance(force, bool):
         c.add("spec.force", f"must be true or false, got {force!r}")
+    service_account = _parse_service_account_name(c, spec.get("serviceAccountName"))
     annotations = c.mapping(meta.get("annotations"), "metadata.annotations")
 
     generation = meta.get("generation") or 0
@@ -227,7 +232,43 @@ def parse_kfdef(obj: Mapping[str, Any], *, default_name: str | None = None,
         raise InvalidKfDef(c.errors)
     return KfDef(name=name, namespace=namespace, applications=applications, repos=repos, plugins=plugins,
                  secrets=secrets, version=version, generation=int(generation), uid=str(meta.get("uid") or ""),
-                 annotations={str(k): str(v) for k, v in annotations.items()}, interval=interval, force=force is True)
+                 annotations={str(k): str(v) for k, v in annotations.items()}, interval=interval, force=force is True,
+                 service_account_name=service_account)
+
+
+def service_account_name(obj: Mapping[str, Any]) -> str:
+    """``spec.serviceAccountName`` of a KfDef dict ("" when unset), however invalid the rest of it is.
+
+    Teardown needs the stack's identity even for a KfDef that no longer
+    parses; a value that is not a ServiceAccount name raises
+    :class:`InvalidKfDef` (never an empty name: that would mean the operator's
+    own identity).
+    """
+    c = _Collector()
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    name = _parse_service_account_name(c, spec.get("serviceAccountName") if isinstance(spec, Mapping) else None)
+    if c.errors:
+        raise InvalidKfDef(c.errors)
+    return name
+
+
+def _parse_service_account_name(c: _Collector, raw: Any) -> str:
+    name = c.string(raw, "spec.serviceAccountName")
+    problem = service_account_name_problem(name) if name else None
+    if problem:
+        c.add("spec.serviceAccountName", problem)
+    return name
+
+
+def service_account_name_problem(name: str) -> str | None:
+    """Why ``name`` is not the name of a ServiceAccount of the KfDef's own namespace, or None."""
+    if ":" in name or "/" in name:
+        return (f"{name!r} names another namespace; only a ServiceAccount of the KfDef's own namespace can be named "
+                "(just its name)")
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        return (f"{name!r} is not a ServiceAccount name (lower-case letters, digits, '-' and '.', at most 253 "
+                "characters)")
+    return None
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")

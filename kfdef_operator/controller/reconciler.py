@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Hashable
 
-from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef
+from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef, service_account_name
 from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, DIGEST_ANNOTATION, FINALIZER,
                                       REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION, kfdef_path)
 from kfdef_operator.api.types import JSON
@@ -41,6 +41,7 @@ from kfdef_operator.runtime import conditions as cond
 from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.heal import Healer
+from kfdef_operator.runtime.identity import Identities, StackIdentity
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Failure, InventoryEntry, Stack, decode_inventory
 from kfdef_operator.runtime.status import StatusWriter
@@ -76,6 +77,9 @@ class Settings:
     work_threads: int = 4                 # fetches and renders in parallel, across KfDefs
     renderer: IsolatedRender = field(default_factory=IsolatedRender)  # each render in a limited child process
     teardown_wave_timeout: float = 60.0
+    #: The ServiceAccount (in its own namespace) a KfDef without spec.serviceAccountName acts as; "" for the
+    #: operator's own identity (Flux's --default-service-account).
+    default_service_account: str = ""
 
 
 class Fail(Exception):
@@ -129,11 +133,12 @@ class Reconciler:
         self.render_cache = RenderCache(settings.work_dir / "rendered", settings.renderer, settings.renderer.settings)
         self.discovery = Discovery(kube)
         self.tracker = Tracker(kube, self._on_object_event)
-        self.manager = ResourceManager(kube, self.discovery, self.tracker, concurrency=settings.concurrency)
+        self.identities = Identities(kube, self.discovery, self.tracker, concurrency=settings.concurrency,
+                                     default_service_account=settings.default_service_account)
         self.events = EventRecorder(kube)
         self.stacks: dict[Key, Stack] = {}
         self.writers: dict[Key, StatusWriter] = {}
-        self.healer = Healer(kube, self.manager, self.tracker, self.events, self.stacks, self.refresh)
+        self.healer = Healer(self.manager_for, self.tracker, self.events, self.stacks, self.refresh)
         self.queue = WorkQueue(self._work, gate=gate)  # type: ignore[arg-type]
         self.work_pool = WorkPool(settings.work_threads)  # fetch and render, off the event loop's default executor
         metrics.watch_work_pool(lambda: self.work_pool.running, lambda: self.work_pool.waiting)
@@ -213,6 +218,20 @@ class Reconciler:
         metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
         return delay
 
+    def manager_for(self, stack: Stack) -> ResourceManager | None:
+        """The resource manager acting as the stack's identity (None before its first reconcile or teardown)."""
+        return self.identities.manager(stack.identity) if stack.identity is not None else None
+
+    async def _settle_identity(self, stack: Stack, service_account: str) -> StackIdentity:
+        """Who the stack acts as from now on; :class:`Fail` when that ServiceAccount does not exist."""
+        stack.identity = self.identities.of(stack.owner.namespace, service_account)
+        missing = await self.identities.unavailable(stack.identity)
+        if missing is not None:
+            raise Fail("ServiceAccountNotFound", f"{missing}: create it, or set spec.serviceAccountName to an "
+                                                 "existing ServiceAccount of this namespace; nothing is applied "
+                                                 "meanwhile", retry=True, base=10.0)
+        return stack.identity
+
     def _stack_for(self, body: JSON) -> Stack:
         meta = body["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
@@ -265,6 +284,7 @@ class Reconciler:
             stack.generation = kfdef.generation
             await writer.update()
             return None
+        manager = self.identities.manager(await self._settle_identity(stack, kfdef.service_account_name))
         announce = stack.status.get("observedGeneration") != kfdef.generation or stack.failure is not None
         stack.begin(kfdef.generation, announce=announce)
 
@@ -291,8 +311,8 @@ class Reconciler:
             reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
         await step("Applying", f"applying {len(stack.desired)} objects")
         await self._record_intent(stack)
-        changes = await self._apply(stack, kfdef, desired)
-        await self._prune(stack)
+        changes = await self._apply(stack, kfdef, desired, manager)
+        await self._prune(stack, manager)
         stack.record_apply(changes)
         if not announce:  # a resync: also catch drift that no watch event showed
             await self.tracker.resync(stack.owner.label, set(stack.resources.values()))
@@ -366,14 +386,14 @@ class Reconciler:
                                     adopted=False)
         return str(stamped["metadata"]["annotations"][DIGEST_ANNOTATION])
 
-    async def _apply(self, stack: Stack, kfdef: KfDef, desired: DesiredState) -> ChangeSet:
+    async def _apply(self, stack: Stack, kfdef: KfDef, desired: DesiredState, manager: ResourceManager) -> ChangeSet:
         # Run-once objects applied before with this very content are not created again once gone.
         keep_absent = {ref: "ran before with this content and was removed (ttlSecondsAfterFinished); created "
                             "again only when its spec changes" for ref in stack.run_once
                        if (entry := stack.inventory.get(ref)) is not None and entry.run_once == self._digest(stack, ref)}
         await self.tracker.watch(set(stack.resources.values()))
-        changes = await self.manager.apply_all(stack.owner, desired.served, desired.not_served_yet,
-                                               ApplyOptions(force=kfdef.force, keep_absent=keep_absent))
+        changes = await manager.apply_all(stack.owner, desired.served, desired.not_served_yet,
+                                          ApplyOptions(force=kfdef.force, keep_absent=keep_absent))
         for change in changes:
             if change.action.wrote:
                 metrics.OBJECTS_APPLIED.labels(change.action.value).inc()
@@ -390,12 +410,12 @@ class Reconciler:
                 stack.inventory.pop(change.ref, None)
         return changes
 
-    async def _prune(self, stack: Stack) -> None:
+    async def _prune(self, stack: Stack, manager: ResourceManager) -> None:
         """Delete what the previous inventory holds and the desired state no longer does."""
         stale = {ref: entry.version for ref, entry in stack.inventory.items() if ref not in stack.desired}
         if not stale:
             return
-        pruned = await self.manager.prune(stack.owner, stale)
+        pruned = await manager.prune(stack.owner, stale)
         for change in pruned:
             if change.action is Action.FAILED:  # stays in the inventory: retried by the next run or the teardown
                 log.warning("%s: could not prune %s: %s", stack.owner, change.ref, change.message)
@@ -475,8 +495,10 @@ class Reconciler:
     async def _teardown(self, stack: Stack, body: JSON) -> float | None:
         """Delete everything the KfDef created (in reverse dependency order), keep what it adopted.
 
-        The finalizer stays until the inventory is empty, so nothing is ever orphaned; a suspended KfDef is
-        let go without touching its objects (Flux's behaviour for a suspended Kustomization).
+        The finalizer stays until the inventory is empty, so nothing is ever orphaned, with two exceptions
+        Flux makes too: a suspended KfDef is let go without touching its objects, and so is one whose
+        ServiceAccount is gone (nothing may be deleted with another identity; deleting a namespace removes
+        its ServiceAccounts and KfDefs together).
         """
         writer = self.writers[stack.key]
         stack.deleting = True
@@ -491,10 +513,24 @@ class Reconciler:
                                      "were left in place")
             stack.inventory.clear()
         if stack.inventory:
+            try:
+                identity = self.identities.of(stack.owner.namespace, service_account_name(body))
+            except InvalidKfDef as error:
+                raise Fail("InvalidSpec", f"{error}; the stack is deleted once spec.serviceAccountName is "
+                                          "corrected", retry=False) from None
+            stack.identity = identity
+            missing = await self.identities.unavailable(identity)
+            if missing is not None:
+                left = cond.list_objects(map(str, stack.inventory))
+                await self.events.record(stack.owner, "Warning", "Orphaned",
+                                         f"{missing}, so its objects cannot be deleted as it; left in place: {left}")
+                stack.inventory.clear()
+        if stack.inventory:
             stack.teardown = (f"deleting {len(stack.inventory)} objects", False)
             await writer.update()
-            result = await self.manager.teardown(stack.owner, {r: e.version for r, e in stack.inventory.items()},
-                                                 wave_timeout=self.settings.teardown_wave_timeout)
+            result = await self.identities.manager(identity).teardown(
+                stack.owner, {r: e.version for r, e in stack.inventory.items()},
+                wave_timeout=self.settings.teardown_wave_timeout)
             for change in result.changes:
                 stack.inventory.pop(change.ref, None)
             if not result.done:
@@ -523,6 +559,7 @@ class Reconciler:
             return
         self._by_label.pop(stack.owner.label, None)
         await self.healer.forget(stack)
+        self.identities.retain(s.identity for s in self.stacks.values() if s.identity is not None)
         if writer is not None:
             writer.forget()
         # Watches of kinds no remaining KfDef holds are closed: at rest, only needed watches stay open.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import kopf
 
-from kfdef_operator.api.kfdef import parse_duration
+from kfdef_operator.api.kfdef import parse_duration, service_account_name_problem
 from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
 from kfdef_operator.controller.reconciler import Settings
 
@@ -79,6 +79,11 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--work-threads", type=int, default=4, metavar="N",
                         help="fetches and renders run in parallel, across all KfDefs (default %(default)s)")
     add_build_arguments(parser)
+    parser.add_argument("--default-service-account", type=_service_account,
+                        default=os.environ.get("KFDEF_DEFAULT_SERVICE_ACCOUNT", ""), metavar="NAME",
+                        help="a KfDef without spec.serviceAccountName acts as this ServiceAccount of its own "
+                             "namespace (multi-tenant lockdown, Flux's flag); unset: as the operator itself "
+                             "(docs/security.md)")
     parser.set_defaults(handler=run_operator)
 
 
@@ -105,6 +110,13 @@ def _duration(text: str | float) -> float:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _service_account(name: str) -> str:
+    problem = service_account_name_problem(name) if name else None
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return name
+
+
 def default_work_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfdef-operator"
 
@@ -124,6 +136,7 @@ def run_operator(args: argparse.Namespace) -> int:
                         concurrency=args.concurrency, health_timeout=args.health_timeout,
                         interval=_duration(args.interval), namespaces=frozenset(args.namespaces or ()),
                         work_threads=args.work_threads, renderer=renderer,
+                        default_service_account=args.default_service_account,
                         teardown_wave_timeout=float(os.environ.get("KFDEF_TEARDOWN_WAVE_TIMEOUT") or 60.0))
     memo = kopf.Memo(kubeconfig=args.kubeconfig, settings=settings, server_address=args.server_address)
     namespaces = args.namespaces or []

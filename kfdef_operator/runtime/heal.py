@@ -2,9 +2,11 @@
 
 Driven by the tracker's watch events (no polling):
 
-- ``DELETED`` of an object its KfDef still wants: re-apply that object only,
+- ``DELETED`` of an object its KfDef still wants: re-create that object only,
   and only if it is still absent (an object someone else re-created meanwhile
-  is theirs: reported, never taken over). Objects inside a Namespace or of a
+  is theirs: reported, never taken over). The create itself is create-only
+  (:meth:`ResourceManager.create`), so an object that appears between the
+  check and the create is not overwritten either. Objects inside a Namespace or of a
   CRD that is itself being deleted cannot come back before their parent; they
   wait, and the parent's own heal re-creates them once it is back.
 - ``ADDED``/``MODIFIED``/``SYNC`` whose managed fields no longer match the
@@ -19,6 +21,8 @@ Driven by the tracker's watch events (no polling):
   off exponentially per object and named in the KfDef's Degraded condition
   until the fight has been over for a whole window.
 
+Every request of a heal is made with the stack's identity (its
+``ResourceManager``, which may impersonate the KfDef's service account).
 Every heal result goes back into the stack (a healed object counts as applied
 again, a failed heal as failed) and the stack's status is refreshed.
 Bursts (a namespace's worth of deletes) are coalesced into one batch.
@@ -41,7 +45,8 @@ from kfdef_operator.runtime.ownership import opted_out
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.ssa.changeset import Action, Change
 from kfdef_operator.ssa.claims import Claim
-from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
+from kfdef_operator.ssa.client import KubeApiError
+from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.drift import comparable, drifted
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.live import LiveObject, LiveView
@@ -84,14 +89,15 @@ def _fight_key(ref: ObjectRef) -> str:
 class Healer:
     """Per-stack queues of objects to put back, drained by one worker task per stack.
 
-    ``stacks`` is the live registry of stacks by key; ``report(stack)`` is
-    called after every heal result so that the stack's status is refreshed.
+    ``managers(stack)`` gives the resource manager acting with the stack's
+    identity (None while it has none: nothing is healed then); ``stacks`` is the live registry of stacks by key;
+    ``report(stack)`` is called after every heal result so that the stack's
+    status is refreshed.
     """
 
-    def __init__(self, kube: KubeClient, manager: ResourceManager, live: LiveView, events: EventRecorder,
+    def __init__(self, managers: Callable[[Stack], ResourceManager | None], live: LiveView, events: EventRecorder,
                  stacks: Mapping[tuple[str, str], Stack], report: Callable[[Stack], None]) -> None:
-        self._kube = kube
-        self._manager = manager
+        self._managers = managers
         self._live = live
         self._events = events
         self._stacks = stacks
@@ -235,50 +241,74 @@ class Healer:
         resource = stack.resources.get(ref)
         if ref not in stack.desired or resource is None or stack.deleting or stack.suspended:
             return
-        try:
-            live = await self._kube.get(resource.path_of(ref))
-            meta = (live.get("metadata") or {}) if live is not None else None
-            claim = stack.owner.claim(meta)
-            # An object that lost our stamps is still ours if it is the very object we applied (same uid);
-            # one someone else created after ours was deleted is theirs: never stamped or overwritten.
-            reclaimed = claim is Claim.UNCLAIMED and bool(request.uid) and (meta or {}).get("uid") == request.uid
-            if live is not None and (opted_out(meta) or claim is Claim.FOREIGN
-                                     or (claim is Claim.UNCLAIMED and not reclaimed)):
-                if request.cause == DELETED and not opted_out(meta):
-                    stack.record_heal(Change(ref, Action.CONFLICT, "deleted, then created again by someone else; "
-                                                                   "left alone (delete it to let the stack re-create it)"))
-                return
-            if live is None and ref in stack.run_once:
-                return
-            desired = self._stamped(stack, ref, adopted=claim is Claim.ADOPTED)
-            cause = DELETED if live is None else DRIFT
-            if live is not None and cause == DRIFT and stack.owner.unchanged(live["metadata"], desired):
-                dry, _, _ = await self._manager.server_side_apply(ref, desired, resource, stack.owner.field_manager,
-                                                                  dry_run=True)
-                if comparable(dry) == comparable(live):
-                    self._in_sync[ref] = self._sync_key(live)
-                    return
-            applied, created, _ = await self._manager.server_side_apply(ref, desired, resource,
-                                                                        stack.owner.field_manager)
-        except KubeApiError as error:
-            await self._heal_failed(stack, ref, request, error)
+        manager = self._managers(stack)
+        if manager is None:
             return
+        try:
+            healed = await self._put_back(stack, manager, ref, resource, request)
+        except KubeApiError as error:
+            await self._heal_failed(stack, manager, ref, request, error)
+            return
+        if healed is None:
+            return
+        applied, cause = healed
         elapsed = time.monotonic() - request.observed_at
         self._history[ref].append(time.monotonic())
         metrics.HEALS.labels(cause).inc()
         metrics.HEAL_SECONDS.observe(elapsed)
         verb = "re-created" if cause == DELETED else "re-asserted the managed fields of"
         log.info("healed %s of %s: %s it in %.0f ms", ref, stack.owner, verb, elapsed * 1000)
-        change = Change(ref, Action.CREATED if created else Action.CONFIGURED, live=applied)
+        change = Change(ref, Action.CREATED if cause == DELETED else Action.CONFIGURED, live=applied)
         stack.record_heal(change)
         self._post(stack, "Normal", "Healed", f"{verb} {ref} ({cause}) in {elapsed * 1000:.0f} ms")
         if ref.kind == "Namespace":
             await self._sweep(stack, lambda r: r.namespace == ref.name)
         elif ref.kind == "CustomResourceDefinition":
-            await self._manager.wait_established(change)
+            await manager.wait_established(change)
             spec = applied.get("spec") or {}
             kind = (spec.get("names") or {}).get("kind")
             await self._sweep(stack, lambda r: r.group == spec.get("group") and r.kind == kind)
+
+    async def _put_back(self, stack: Stack, manager: ResourceManager, ref: ObjectRef, resource: Resource,
+                        request: _Request) -> tuple[JSON, str] | None:
+        """Create the object if it is absent, re-assert it if it drifted; (live object, cause), or None if left.
+
+        An object that exists when the create is sent was created by someone
+        in the meantime: it is judged again, like any live object.
+        """
+        for _ in range(3):
+            live = await manager.kube.get(resource.path_of(ref))
+            if live is None:
+                if ref in stack.run_once:
+                    return None
+                try:
+                    created = await manager.create(ref, self._stamped(stack, ref, adopted=False), resource,
+                                                   stack.owner.field_manager)
+                    return created, DELETED
+                except KubeApiError as error:
+                    if error.status != 409:
+                        raise
+                    continue  # AlreadyExists: created meanwhile; whose it is decides
+            meta = live.get("metadata") or {}
+            claim = stack.owner.claim(meta)
+            # An object that lost our stamps is still ours if it is the very object we applied (same uid);
+            # one someone else created after ours was deleted is theirs: never stamped or overwritten.
+            reclaimed = claim is Claim.UNCLAIMED and bool(request.uid) and meta.get("uid") == request.uid
+            if opted_out(meta) or claim is Claim.FOREIGN or (claim is Claim.UNCLAIMED and not reclaimed):
+                if request.cause == DELETED and not opted_out(meta):
+                    stack.record_heal(Change(ref, Action.CONFLICT, "deleted, then created again by someone else; "
+                                                                   "left alone (delete it to let the stack re-create it)"))
+                return None
+            desired = self._stamped(stack, ref, adopted=claim is Claim.ADOPTED)
+            if stack.owner.unchanged(meta, desired):
+                dry, _, _ = await manager.server_side_apply(ref, desired, resource, stack.owner.field_manager,
+                                                            dry_run=True)
+                if comparable(dry) == comparable(live):
+                    self._in_sync[ref] = self._sync_key(live)
+                    return None
+            applied, _, _ = await manager.server_side_apply(ref, desired, resource, stack.owner.field_manager)
+            return applied, DRIFT
+        return None
 
     def _post(self, stack: Stack, event_type: str, reason: str, message: str) -> None:
         """Post an event without holding up the heal."""
@@ -286,7 +316,8 @@ class Healer:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _heal_failed(self, stack: Stack, ref: ObjectRef, request: _Request, error: KubeApiError) -> None:
+    async def _heal_failed(self, stack: Stack, manager: ResourceManager, ref: ObjectRef, request: _Request,
+                           error: KubeApiError) -> None:
         text = error.message.lower()
         parent_gone = any(hint in text for hint in _PARENT_GONE_HINTS) or error.status in (404, 405)
         if parent_gone and self._parent_in_stack(stack, ref):
@@ -296,7 +327,7 @@ class Healer:
             return
         delay = min(0.5 * 2.0 ** min(request.failures, 16), MAX_RETRY_S)
         log.warning("heal of %s of %s failed, retrying in %.1fs: %s", ref, stack.owner, delay, error)
-        stack.record_heal(Change(ref, Action.FAILED, f"heal failed: {describe_api_error(error)}"))
+        stack.record_heal(Change(ref, Action.FAILED, f"heal failed: {manager.describe(error)}"))
         # A failed heal is retried on its own backoff; it is not a fight (nothing was healed).
         retry = _Request(request.cause, request.observed_at, request.uid, time.monotonic() + delay, request.failures + 1)
         self._pending[stack.key][ref] = retry

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.runtime.identity import StackIdentity
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
 from kfdef_operator.ssa.discovery import Resource
@@ -86,6 +87,8 @@ class Stack:
     applied_at: float = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------------------
+    #: Who the stack's requests act as, settled at the start of every reconcile and teardown (None before).
+    identity: StackIdentity | None = None
     suspended: bool = False
     deleting: bool = False
     teardown: tuple[str, bool] | None = None                            # (message, stuck)

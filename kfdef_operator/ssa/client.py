@@ -102,14 +102,32 @@ class RequestStats:
         return sum(self.by_verb.values())
 
 
-class KubeClient:
-    """One connection pool to one API server, shared by the whole operator."""
+def service_account_user(namespace: str, name: str) -> str:
+    """The user name a service account authenticates as (and is impersonated as)."""
+    return f"system:serviceaccount:{namespace}:{name}"
 
-    def __init__(self, api_client: aio_client.ApiClient) -> None:
+
+class _Counters:
+    """Requests by verb and watches opened, shared by a client and its impersonating views."""
+
+    def __init__(self) -> None:
+        self.by_verb: collections.Counter[str] = collections.Counter()
+        self.watches = 0
+
+
+class KubeClient:
+    """One connection pool to one API server, shared by the whole operator.
+
+    :meth:`impersonating` gives a view of the same pool that acts as another
+    user (a service account), for the requests made on behalf of a stack.
+    """
+
+    def __init__(self, api_client: aio_client.ApiClient, *, impersonate: str | None = None,
+                 counters: _Counters | None = None) -> None:
         self._api = api_client
         self._config = api_client.configuration
-        self._counts: collections.Counter[str] = collections.Counter()
-        self._watches = 0
+        self._counters = counters or _Counters()
+        self._impersonate = impersonate
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, pool_size: int = 64) -> "KubeClient":
@@ -126,11 +144,31 @@ class KubeClient:
     def host(self) -> str:
         return self._config.host
 
+    @property
+    def impersonated_user(self) -> str | None:
+        """The user this client acts as, or None for the credentials' own identity."""
+        return self._impersonate
+
+    def impersonating(self, user: str | None) -> KubeClient:
+        """A view of this client's connection pool acting as ``user`` (None: the credentials' own identity).
+
+        Only ``Impersonate-User`` is sent: for a service account's user name
+        the API server adds its groups itself (``system:serviceaccounts``,
+        ``system:serviceaccounts:<namespace>``, ``system:authenticated``), so
+        the operator needs ``impersonate`` on ``serviceaccounts`` and nothing
+        on ``groups`` (which would let it claim any group, ``system:masters``
+        included). The view shares the request counters; closing it is a
+        no-op, the pool belongs to the client it came from.
+        """
+        if user == self._impersonate:
+            return self
+        return _View(self._api, impersonate=user, counters=self._counters)
+
     async def close(self) -> None:
         await self._api.close()
 
     def stats(self) -> RequestStats:
-        return RequestStats(dict(self._counts), self._watches)
+        return RequestStats(dict(self._counters.by_verb), self._counters.watches)
 
     async def _headers(self, content_type: str, accept: str) -> dict[str, str]:
         headers = {"Content-Type": content_type, "Accept": accept}
@@ -138,6 +176,8 @@ class KubeClient:
         token = auth.get("BearerToken")
         if token and token.get("value"):
             headers["Authorization"] = token["value"]
+        if self._impersonate:
+            headers["Impersonate-User"] = self._impersonate
         return headers
 
     def _url(self, path: str, params: dict[str, Any] | None) -> str:
@@ -172,7 +212,7 @@ class KubeClient:
         dry_run = bool(params and params.get("dryRun"))
         url = self._url(path, params)
         for attempt in range(_MAX_ATTEMPTS):
-            self._counts[f"{method}{'(dry-run)' if dry_run else ''}"] += 1
+            self._counters.by_verb[f"{method}{'(dry-run)' if dry_run else ''}"] += 1
             headers = await self._headers(content_type, accept)
             try:
                 # The REST client JSON-encodes dict bodies itself; bytes go out as they are.
@@ -195,10 +235,10 @@ class KubeClient:
             return decoded, status
         raise AssertionError("unreachable")
 
-    async def get(self, path: str, **params: Any) -> JSON | None:
+    async def get(self, path: str, *, accept: str = "application/json", **params: Any) -> JSON | None:
         """GET, or None when the object does not exist."""
         try:
-            return await self.request("GET", path, params=params)
+            return await self.request("GET", path, params=params, accept=accept)
         except KubeApiError as error:
             if error.status == 404:
                 return None
@@ -213,6 +253,10 @@ class KubeClient:
                                            content_type=APPLY_CONTENT_TYPE, accept="application/json", timeout=60.0)
         return decoded, status == 201
 
+    async def create(self, collection_path: str, obj: JSON, *, field_manager: str) -> JSON:
+        """POST: create ``obj`` only if no object of its name exists (409 AlreadyExists otherwise)."""
+        return await self.request("POST", collection_path, body=obj, params={"fieldManager": field_manager})
+
     async def watch(self, path: str, *, resource_version: str | None = None, label_selector: str | None = None,
                     timeout_seconds: int = 300) -> AsyncIterator[JSON]:
         """Stream watch events (dicts with ``type`` and ``object``) until the server ends the watch.
@@ -223,7 +267,7 @@ class KubeClient:
         """
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": resource_version,
                   "labelSelector": label_selector, "timeoutSeconds": str(timeout_seconds)}
-        self._watches += 1
+        self._counters.watches += 1
         headers = await self._headers("application/json", "application/json")
         response = await self._api.rest_client.request(
             "GET", self._url(path, params), headers=headers,
@@ -248,3 +292,10 @@ class KubeClient:
                 return await coro
 
         return await asyncio.gather(*(run(c) for c in coroutines), return_exceptions=True)
+
+
+class _View(KubeClient):
+    """An impersonating view of another client's pool (see :meth:`KubeClient.impersonating`)."""
+
+    async def close(self) -> None:
+        """The pool belongs to the client this view came from."""

@@ -8,7 +8,8 @@ Apply, per stage (see :mod:`ordering`), with bounded concurrency:
 - an object a person took out of the owner's hands (:meth:`Ownership.opted_out`)
   is skipped;
 - an object that exists without any owner's stamp is adopted: applied, and
-  released rather than deleted later;
+  released rather than deleted later; so is one that was absent when looked
+  up but existed when applied (someone else created it meanwhile);
 - everything else is server-side applied with ``force`` (the owner is a
   controller: the fields it declares are its own; fields it does not declare
   stay with whoever set them);
@@ -19,6 +20,14 @@ Apply, per stage (see :mod:`ordering`), with bounded concurrency:
   resources are applied (no "run it twice").
 
 An object that fails is reported in its :class:`Change`; the rest still land.
+Deletes carry the uid of the object that was judged deletable as a
+precondition, so an object replaced meanwhile is never deleted; a heal
+creates with :meth:`ResourceManager.create`, which never touches an object
+that exists.
+
+All requests go through one client, which may act as another identity (see
+:meth:`KubeClient.impersonating`); what a refusal (403) means for the owner is
+worded by ``explain_forbidden``.
 """
 
 from __future__ import annotations
@@ -52,6 +61,11 @@ STATELESS_KINDS = frozenset({
     "PodDisruptionBudget", "Ingress", "NetworkPolicy",
 })
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+_ONE_METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+_MERGE_PATCH = "application/merge-patch+json"
+
+#: What a lookup knows of one object: its live metadata, None when absent, or why it could not be read.
+Known = JSON | None | KubeApiError
 _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
@@ -87,12 +101,23 @@ class ResourceManager:
     """Applies, prunes and tears down objects through one client; ``live`` serves lookups from a watch cache."""
 
     def __init__(self, kube: KubeClient, discovery: Discovery, live: LiveView | None = None, *,
-                 concurrency: int = 24, crd_timeout: float = 120.0) -> None:
+                 concurrency: int = 24, crd_timeout: float = 120.0,
+                 explain_forbidden: Callable[[KubeApiError], str] | None = None) -> None:
         self.kube = kube
         self.discovery = discovery
         self.live = live
         self.concurrency = concurrency
         self.crd_timeout = crd_timeout
+        self.explain_forbidden = explain_forbidden
+
+    def describe(self, error: BaseException) -> str:
+        """An error as one line for a person; a refusal (403) with what to do about it."""
+        if not isinstance(error, KubeApiError):
+            return f"{type(error).__name__}: {error}"
+        text = describe_api_error(error)
+        if error.status == 403 and self.explain_forbidden is not None:
+            text += f"; {self.explain_forbidden(error)}"
+        return text
 
     async def _gather(self, coroutines: list[Coroutine[Any, Any, T]]) -> list[T | BaseException]:
         return await self.kube.gather_limited(coroutines, self.concurrency)
@@ -105,39 +130,54 @@ class ResourceManager:
         tracked = self.live.get(ref)
         return tracked.meta if tracked is not None else None
 
-    async def lookup(self, refs: list[tuple[ObjectRef, Resource]]) -> dict[ObjectRef, JSON | None]:
+    async def lookup(self, refs: list[tuple[ObjectRef, Resource]]) -> dict[ObjectRef, Known]:
         """Live metadata of objects the cache cannot answer for: one metadata-only LIST per kind and namespace.
 
-        Every ref looked up is in the result, None when absent.
+        Every ref looked up is in the result: its metadata, None when absent,
+        or the refusal when the client's identity may neither list nor get it.
+        An identity that may not list a kind is asked for each object alone
+        (it may hold ``get`` on named objects only).
         """
         wanted: dict[tuple[Resource, str], set[str]] = {}
         for ref, resource in refs:
             if self._cached_meta(ref) is None:
                 wanted.setdefault((resource, ref.namespace), set()).add(ref.name)
 
-        async def list_group(resource: Resource, namespace: str) -> list[tuple[ObjectRef, JSON]]:
+        async def list_group(resource: Resource, namespace: str, names: set[str]) -> list[tuple[ObjectRef, Known]]:
             try:
                 listing = await self.kube.request("GET", resource.collection_path(namespace or None),
                                                   accept=_METADATA_ONLY)
             except KubeApiError as error:
                 if error.status == 404:  # a namespace or CRD that does not exist yet: nothing lives there
                     return []
-                raise
-            found = []
+                if error.status != 403:
+                    raise
+                return [(ref, await self._read_meta(ref, resource)) for ref in
+                        (ObjectRef(resource.group, resource.kind, namespace, name) for name in sorted(names))]
+            found: list[tuple[ObjectRef, Known]] = []
             for item in listing.get("items") or []:
                 meta = item.get("metadata") or {}
                 found.append((ObjectRef(resource.group, resource.kind, meta.get("namespace") or "",
                                         meta.get("name", "")), meta))
             return found
 
-        live: dict[ObjectRef, JSON | None] = {}
-        for result in await self._gather([list_group(r, ns) for (r, ns) in wanted]):
+        live: dict[ObjectRef, Known] = {}
+        for result in await self._gather([list_group(r, ns, names) for (r, ns), names in wanted.items()]):
             if isinstance(result, BaseException):
                 raise result
             live.update(result)
         for ref, _ in refs:
             live.setdefault(ref, self._cached_meta(ref))
         return live
+
+    async def _read_meta(self, ref: ObjectRef, resource: Resource) -> Known:
+        try:
+            found = await self.kube.get(resource.path_of(ref), accept=_ONE_METADATA_ONLY)
+        except KubeApiError as error:
+            if error.status == 403:
+                return error
+            raise
+        return (found or {}).get("metadata") if found is not None else None
 
     # -- apply ---------------------------------------------------------------------
 
@@ -160,10 +200,17 @@ class ResourceManager:
             return Change(ref, Action.UNCHANGED)
         try:
             live, created, dropped = await self.server_side_apply(ref, stamped, resource, ownership.field_manager)
+            if claim is Claim.ABSENT and not created:
+                # Created by someone else since the lookup: theirs, so adopted (kept at prune and teardown).
+                log.info("%s appeared between lookup and apply: adopting it", ref)
+                claim = Claim.UNCLAIMED
+                stamped = ownership.stamp(obj, namespaced=resource.namespaced, adopted=True)
+                live, created, dropped = await self.server_side_apply(ref, stamped, resource,
+                                                                      ownership.field_manager)
         except KubeApiError as error:
             if is_immutable_error(error):
-                return await self._recreate(ownership, ref, stamped, resource, claim, options, error)
-            return Change(ref, Action.FAILED, describe_api_error(error))
+                return await self._recreate(ownership, ref, stamped, resource, claim, live_meta, options, error)
+            return Change(ref, Action.FAILED, self.describe(error))
         action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
         note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
         return Change(ref, action, note, live=live)
@@ -193,9 +240,44 @@ class ResourceManager:
             live, created = await self.kube.apply(path, pruned, field_manager=field_manager, dry_run=dry_run)
             return live, created, dropped
 
+    async def create(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str) -> JSON:
+        """Create ``desired`` only if no object of its name exists; raises :class:`KubeApiError` 409 if one does.
+
+        Server-side apply has no create-only form (a ``metadata.uid`` in an
+        apply body is refused for a missing object, a ``resourceVersion`` is
+        ignored), so this is a POST. A POST records the creator's fields as an
+        ``Update``, which a later apply would not take back: a field dropped
+        from the desired state would stay. The entry is therefore turned into
+        the ``Apply`` entry an apply would have made, guarded by the
+        resourceVersion the POST returned.
+        """
+        live = await self.kube.create(resource.collection_path(ref.namespace or None), desired,
+                                      field_manager=field_manager)
+        for _ in range(3):
+            meta = live.get("metadata") or {}
+            entries = meta.get("managedFields") or []
+            ours = [e for e in entries if e.get("manager") == field_manager and e.get("operation") == "Update"
+                    and not e.get("subresource")]
+            if not ours:
+                return live
+            owned = [{**e, "operation": "Apply"} if e in ours else e for e in entries]
+            try:
+                return await self.kube.request("PATCH", resource.path_of(ref), content_type=_MERGE_PATCH, body={
+                    "metadata": {"resourceVersion": meta.get("resourceVersion"), "managedFields": owned}})
+            except KubeApiError as error:
+                if error.status != 409:
+                    raise
+            current = await self.kube.get(resource.path_of(ref))
+            if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):
+                return live  # gone or replaced already: nothing of ours to fix
+            live = current
+        log.warning("%s: created, but its fields could not be recorded as applied (it kept changing); a field "
+                    "later dropped from the desired state may stay on it", ref)
+        return live
+
     async def _recreate(self, ownership: Ownership, ref: ObjectRef, stamped: JSON, resource: Resource, claim: Claim,
-                        options: ApplyOptions, error: KubeApiError) -> Change:
-        refused = f"{describe_api_error(error)}; an immutable field changed"
+                        live_meta: JSON | None, options: ApplyOptions, error: KubeApiError) -> Change:
+        refused = f"{self.describe(error)}; an immutable field changed"
         if claim is not Claim.OURS:
             return Change(ref, Action.FAILED, f"{refused}, and the object existed before this stack: it is never "
                                               "deleted or re-created by the operator; change it by hand")
@@ -205,34 +287,42 @@ class ResourceManager:
         path = resource.path_of(ref)
         log.info("re-creating %s: an immutable field changed", ref)
         try:
-            await self.kube.request("DELETE", path, body={"propagationPolicy": "Background"})
+            await self.kube.request("DELETE", path, body=_delete_body((live_meta or {}).get("uid")))
         except KubeApiError as delete_error:
+            if delete_error.status == 409:
+                return Change(ref, Action.FAILED, "re-create: the object was replaced by another one meanwhile; "
+                                                  "not deleted, retried at the next reconcile")
             if delete_error.status != 404:
-                return Change(ref, Action.FAILED, f"re-create: delete failed: {describe_api_error(delete_error)}")
+                return Change(ref, Action.FAILED, f"re-create: delete failed: {self.describe(delete_error)}")
         gone = await self._wait_gone(ref, resource.version, timeout=60)
         if gone is not True:
             return Change(ref, Action.FAILED, f"re-create: the old object is {gone}; it will be applied once it is gone")
         try:
             live, _ = await self.kube.apply(path, stamped, field_manager=ownership.field_manager)
         except KubeApiError as apply_error:
-            return Change(ref, Action.FAILED, f"re-create: apply failed: {describe_api_error(apply_error)}")
+            return Change(ref, Action.FAILED, f"re-create: apply failed: {self.describe(apply_error)}")
         return Change(ref, Action.CREATED, "re-created: an immutable field changed", live=live)
 
     async def apply_stage(self, ownership: Ownership, items: list[tuple[JSON, Resource]],
-                          known: Mapping[ObjectRef, JSON | None] | None = None,
+                          known: Mapping[ObjectRef, Known] | None = None,
                           options: ApplyOptions = ApplyOptions()) -> list[Change]:
         """Apply objects of one stage concurrently; they are started in the order given.
 
         ``known`` holds live metadata looked up earlier; objects it does not
-        cover are looked up now.
+        cover are looked up now. An object that could not be read is not applied.
         """
         known = dict(known or {})
         known.update(await self.lookup([(ref_of(obj), resource) for obj, resource in items
                                         if ref_of(obj) not in known]))
-        results = await self._gather([self.apply_one(ownership, obj, resource, known[ref_of(obj)], options)
-                                      for obj, resource in items])
-        return [result if isinstance(result, Change)
-                else Change(ref_of(obj), Action.FAILED, f"{type(result).__name__}: {result}")
+
+        async def apply(obj: JSON, resource: Resource) -> Change:
+            live_meta = known[ref_of(obj)]
+            if isinstance(live_meta, KubeApiError):
+                return Change(ref_of(obj), Action.FAILED, f"not applied: {self.describe(live_meta)}")
+            return await self.apply_one(ownership, obj, resource, live_meta, options)
+
+        results = await self._gather([apply(obj, resource) for obj, resource in items])
+        return [result if isinstance(result, Change) else Change(ref_of(obj), Action.FAILED, self.describe(result))
                 for (obj, _), result in zip(items, results)]
 
     async def apply_all(self, ownership: Ownership, objects: list[tuple[JSON, Resource]], resolve_later: list[JSON],
@@ -328,30 +418,35 @@ class ResourceManager:
         except UnknownKind:
             return Change(ref, Action.GONE, "kind no longer served")
         path = resource.path_of(ref)
-        live = await self.kube.get(path)
-        if live is None:
-            return Change(ref, Action.GONE)
-        meta = live.get("metadata") or {}
-        claim = ownership.claim(meta)
-        if claim is Claim.ADOPTED or (claim is Claim.OURS and ownership.opted_out(meta)):
-            await self.kube.request("PATCH", path, body=ownership.release_patch(),
-                                    content_type="application/merge-patch+json")
-            why = "existed before" if claim is Claim.ADOPTED else "reconcile disabled on the object"
-            return Change(ref, Action.RELEASED, f"{why}; kept")
-        if claim is not Claim.OURS:
-            return Change(ref, Action.SKIPPED, f"not owned ({claim.value}); kept")
-        if meta.get("deletionTimestamp"):
-            return Change(ref, Action.DELETED)
-        await self.kube.request("DELETE", path, body={"propagationPolicy": "Background"})
-        return Change(ref, Action.DELETED)
+        for _ in range(3):
+            live = await self.kube.get(path)
+            if live is None:
+                return Change(ref, Action.GONE)
+            meta = live.get("metadata") or {}
+            claim = ownership.claim(meta)
+            if claim is Claim.ADOPTED or (claim is Claim.OURS and ownership.opted_out(meta)):
+                await self.kube.request("PATCH", path, body=ownership.release_patch(), content_type=_MERGE_PATCH)
+                why = "existed before" if claim is Claim.ADOPTED else "reconcile disabled on the object"
+                return Change(ref, Action.RELEASED, f"{why}; kept")
+            if claim is not Claim.OURS:
+                return Change(ref, Action.SKIPPED, f"not owned ({claim.value}); kept")
+            if meta.get("deletionTimestamp"):
+                return Change(ref, Action.DELETED)
+            try:
+                await self.kube.request("DELETE", path, body=_delete_body(meta.get("uid")))
+                return Change(ref, Action.DELETED)
+            except KubeApiError as error:
+                if error.status == 404:
+                    return Change(ref, Action.GONE)
+                if error.status != 409:  # 409: replaced since the GET (uid precondition): judge the new one
+                    raise
+        return Change(ref, Action.FAILED, "replaced by another object again and again while being deleted; kept")
 
     def _removals(self, ownership: Ownership, wave: list[tuple[ObjectRef, str]]) -> list[Coroutine[Any, Any, Change]]:
         return [self._remove(ownership, ref, version) for ref, version in wave]
 
-    @staticmethod
-    def _failed(ref: ObjectRef, error: BaseException) -> Change:
-        message = describe_api_error(error) if isinstance(error, KubeApiError) else str(error)
-        return Change(ref, Action.FAILED, message)
+    def _failed(self, ref: ObjectRef, error: BaseException) -> Change:
+        return Change(ref, Action.FAILED, self.describe(error) if isinstance(error, KubeApiError) else str(error))
 
     @staticmethod
     def _waves(objects: Mapping[ObjectRef, str]) -> list[list[tuple[ObjectRef, str]]]:
@@ -420,3 +515,11 @@ class ResourceManager:
                 return f"still terminating after {timeout:.0f}s{blocked}"
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+
+def _delete_body(uid: str | None) -> JSON:
+    """DeleteOptions that delete only the very object judged (its uid), dependents in the background."""
+    body: JSON = {"propagationPolicy": "Background"}
+    if uid:
+        body["preconditions"] = {"uid": uid}
+    return body

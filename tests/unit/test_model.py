@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kfdef_operator.api.kfdef import (Application, InvalidKfDef, KustomizeConfig, Parameter, RepoRef, parse_kfdef,
-                                  project_of)
+                                  project_of, service_account_name)
 
 KFDEFS = Path(__file__).parent.parent / "fixtures" / "kfdefs"
 
@@ -221,3 +221,32 @@ def test_fixture_kfdefs_fit_the_crd_schema_unchanged(name):
               "failures": [{"object": "Deployment/kubeflow/argo", "message": "not ready"}],
               "upgrades": {"count": 1, "kinds": ["CustomResourceDefinition"]}}
     assert schema_problems({"status": status}, schema) == []
+
+
+def test_service_account_name_is_a_name_in_the_kfdefs_own_namespace():
+    assert parse_kfdef(minimal()).service_account_name == ""
+    assert parse_kfdef(minimal(serviceAccountName="kfdef-deployer")).service_account_name == "kfdef-deployer"
+    for other_namespace in ("system:serviceaccount:kube-system:admin", "kube-system/admin", "kube-system:admin"):
+        assert "own namespace" in errors_of(minimal(serviceAccountName=other_namespace))["spec.serviceAccountName"]
+    for bad in ("Admin", "-x", "a" * 254, "a b"):
+        assert "not a ServiceAccount name" in errors_of(minimal(serviceAccountName=bad))["spec.serviceAccountName"]
+    assert "must be a string" in errors_of(minimal(serviceAccountName=True))["spec.serviceAccountName"]
+
+
+def test_service_account_name_is_read_from_a_kfdef_that_does_not_parse_otherwise():
+    broken = minimal(serviceAccountName="deployer", repos="not a list")
+    with pytest.raises(InvalidKfDef):
+        parse_kfdef(broken)
+    assert service_account_name(broken) == "deployer"
+    assert service_account_name({"spec": None}) == ""
+    with pytest.raises(InvalidKfDef, match="own namespace"):
+        service_account_name(minimal(serviceAccountName="other:deployer"))
+
+
+def test_spec_fields_the_operator_reads_are_declared_in_both_crd_versions():
+    """Undeclared fields are pruned by the API server: the operator would never see them."""
+    spec = minimal(serviceAccountName="deployer", force=True, interval="5m")
+    kfdef = parse_kfdef(spec)
+    assert (kfdef.service_account_name, kfdef.force, kfdef.interval) == ("deployer", True, 300.0)
+    for version in yaml.safe_load(CRD.read_text())["spec"]["versions"]:
+        assert schema_problems(spec, version["schema"]["openAPIV3Schema"]) == [], version["name"]
