@@ -41,6 +41,8 @@ from typing import Callable
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 FAKE_NODE_NAME = "kwok-node-0"
 OPERATOR_USER = "kfdef-operator"
+#: A group-less token user holding nothing until a test grants it something (a tenant, in the security tests).
+TENANT_USER = "tenant"
 SERVICE_CIDR = "10.0.0.0/24"
 
 _START_TIMEOUT_S = 120.0
@@ -149,7 +151,7 @@ class ControlPlane:
 
     Attributes available after :meth:`start`: ``kubeconfig`` (admin, in
     ``system:masters``), ``server`` (https URL), ``ca_file`` and
-    :meth:`kubeconfig_for` for the unprivileged ``kfdef-operator`` user.
+    :meth:`kubeconfig_for` for the unprivileged ``kfdef-operator`` and ``tenant`` users.
     """
 
     bin_dir: Path = field(default_factory=find_bin_dir)
@@ -250,17 +252,18 @@ class ControlPlane:
         return self._tokens["admin"]
 
     def kubeconfig_for(self, user: str = OPERATOR_USER) -> Path:
-        """Kubeconfig of a token user: ``admin`` or the group-less ``kfdef-operator``."""
+        """Kubeconfig of a token user: ``admin``, or the group-less ``kfdef-operator`` or ``tenant``."""
         return self.work_dir / f"{user}.kubeconfig"
 
     def _prepare_credentials(self) -> None:
         pki = self.work_dir / "pki"
         pki.mkdir(exist_ok=True)
         subprocess.run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"], check=True, capture_output=True)
-        self._tokens = {"admin": secrets.token_hex(16), OPERATOR_USER: secrets.token_hex(16)}
+        self._tokens = {"admin": secrets.token_hex(16), OPERATOR_USER: secrets.token_hex(16),
+                        TENANT_USER: secrets.token_hex(16)}
         (self.work_dir / "tokens.csv").write_text(
             f'{self._tokens["admin"]},admin,admin-uid,"system:masters"\n'
-            f"{self._tokens[OPERATOR_USER]},{OPERATOR_USER},{OPERATOR_USER}-uid\n"
+            + "".join(f"{self._tokens[user]},{user},{user}-uid\n" for user in (OPERATOR_USER, TENANT_USER))
         )
 
     def _write_kubeconfigs(self) -> None:

@@ -310,8 +310,8 @@ class Reconciler:
             sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
             reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
         await step("Applying", f"applying {len(stack.desired)} objects")
-        await self._record_intent(stack)
-        changes = await self._apply(stack, kfdef, desired, manager)
+        first_time = await self._record_intent(stack)
+        changes = await self._apply(stack, kfdef, desired, manager, first_time)
         await self._prune(stack, manager)
         stack.record_apply(changes)
         if not announce:  # a resync: also catch drift that no watch event showed
@@ -364,21 +364,23 @@ class Reconciler:
                                       "notes": [cond.truncate(n, 256) for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]}
         return desired, upgraded.summary() if upgraded.upgraded else ""
 
-    async def _record_intent(self, stack: Stack) -> None:
+    async def _record_intent(self, stack: Stack) -> set[ObjectRef]:
         """Add the objects about to be applied for the first time to the inventory, before applying them.
 
         If the operator dies mid-apply and the KfDef is deleted before it comes back, the teardown still
         knows every object that may exist. Entries that were never created read as gone; objects held by
         someone else are skipped by prune and teardown (they check the claim), so a wider inventory is safe.
+        Returns the objects added.
         """
-        new = [ref for ref in stack.desired if ref not in stack.inventory]
+        new = {ref for ref in stack.desired if ref not in stack.inventory}
         if not new:
-            return
+            return new
         for ref in new:
             stack.inventory[ref] = InventoryEntry(version_of(stack.desired[ref]))
         if not await self.writers[stack.key].update():
             raise Fail("StatusNotWritten", "the inventory could not be recorded before applying; retrying",
                        retry=True)
+        return new
 
     def _digest(self, stack: Stack, ref: ObjectRef) -> str:
         resource = stack.resources.get(ref)
@@ -386,7 +388,8 @@ class Reconciler:
                                     adopted=False)
         return str(stamped["metadata"]["annotations"][DIGEST_ANNOTATION])
 
-    async def _apply(self, stack: Stack, kfdef: KfDef, desired: DesiredState, manager: ResourceManager) -> ChangeSet:
+    async def _apply(self, stack: Stack, kfdef: KfDef, desired: DesiredState, manager: ResourceManager,
+                     first_time: set[ObjectRef]) -> ChangeSet:
         # Run-once objects applied before with this very content are not created again once gone.
         keep_absent = {ref: "ran before with this content and was removed (ttlSecondsAfterFinished); created "
                             "again only when its spec changes" for ref in stack.run_once
@@ -406,7 +409,11 @@ class Reconciler:
                 stack.inventory[change.ref].run_once = self._digest(stack, change.ref)
         await self.tracker.watch(set(stack.resources.values()))
         for change in changes:
-            if change.action is Action.CONFLICT:  # never ours: never in our inventory
+            # Never ours, so never in our inventory: another owner's, or refused the first time it was applied
+            # (an identity that may not even read it could not delete it either). A CRD that was created but
+            # never became Established failed with its live copy: it stays.
+            first_refusal = change.action is Action.FAILED and change.live is None and change.ref in first_time
+            if change.action is Action.CONFLICT or first_refusal:
                 stack.inventory.pop(change.ref, None)
         return changes
 

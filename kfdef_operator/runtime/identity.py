@@ -59,9 +59,8 @@ def explain_forbidden(identity: StackIdentity, error: KubeApiError) -> str:
     if " cannot " not in text:  # e.g. a namespace being terminated, a webhook's denial
         return ""
     if identity.service_account:
-        return (f"the stack acts as {identity}, which lacks this permission: grant it to that ServiceAccount (a Role "
-                "or ClusterRole and a binding), or set spec.serviceAccountName to a ServiceAccount of this namespace "
-                "that has it (docs/security.md)")
+        return (f"grant it to {identity} with a (Cluster)Role and binding, or name one that has it in "
+                "spec.serviceAccountName (docs/security.md)")
     return "the operator's own identity lacks this permission (docs/deployment.md, RBAC)"
 
 

@@ -277,7 +277,8 @@ class ResourceManager:
 
     async def _recreate(self, ownership: Ownership, ref: ObjectRef, stamped: JSON, resource: Resource, claim: Claim,
                         live_meta: JSON | None, options: ApplyOptions, error: KubeApiError) -> Change:
-        refused = f"{self.describe(error)}; an immutable field changed"
+        # The server's first line says which field; the rest is a diff of the whole spec.
+        refused = f"{error.status} {error.reason}: {error.message.splitlines()[0]}; an immutable field changed"
         if claim is not Claim.OURS:
             return Change(ref, Action.FAILED, f"{refused}, and the object existed before this stack: it is never "
                                               "deleted or re-created by the operator; change it by hand")
@@ -318,7 +319,8 @@ class ResourceManager:
         async def apply(obj: JSON, resource: Resource) -> Change:
             live_meta = known[ref_of(obj)]
             if isinstance(live_meta, KubeApiError):
-                return Change(ref_of(obj), Action.FAILED, f"not applied: {self.describe(live_meta)}")
+                return Change(ref_of(obj), Action.FAILED, f"not read, so not applied (applying needs get and "
+                                                          f"patch): {self.describe(live_meta)}")
             return await self.apply_one(ownership, obj, resource, live_meta, options)
 
         results = await self._gather([apply(obj, resource) for obj, resource in items])

@@ -76,6 +76,8 @@ GROUPS = {  # module -> (order, heading in the report)
     "test_build_trust": (8, "Security: what a tenant's manifests can make a build do"),
     "test_source_trust": (9, "Security: what a source may reach"),
     "test_isolation": (10, "Isolation: slow sources, liveness, disk"),
+    "test_tenancy": (11, "Security: a KfDef acts as a ServiceAccount of its namespace, never as the operator"),
+    "test_destructive_actions": (12, "Security: never destroy what the stack did not create"),
 }
 
 

@@ -274,11 +274,14 @@ def ca_bundle_b64(cert: Path) -> str:
 
 
 class AdmissionServer:
-    """An HTTPS validating admission webhook on 127.0.0.1 that denies everything sent to it."""
+    """An HTTPS validating admission webhook on 127.0.0.1; by default it denies everything sent to it.
+
+    ``allow(request)`` decides instead, given each AdmissionReview's ``request`` (it may act before answering).
+    """
 
     MESSAGE = "denied by the reliability test policy"
 
-    def __init__(self, cert: Path, key: Path) -> None:
+    def __init__(self, cert: Path, key: Path, allow: Callable[[dict], bool] | None = None) -> None:
         self.reviews: list[dict] = []
         server = self
 
@@ -288,10 +291,14 @@ class AdmissionServer:
 
             def do_POST(self):
                 review = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                request = review.get("request") or {}
                 server.reviews.append(review)
-                answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
-                    "uid": (review.get("request") or {}).get("uid", ""), "allowed": False,
-                    "status": {"code": 403, "message": AdmissionServer.MESSAGE}}}).encode()
+                allowed = allow(request) if allow is not None else False
+                response: dict = {"uid": request.get("uid", ""), "allowed": allowed}
+                if not allowed:
+                    response["status"] = {"code": 403, "message": AdmissionServer.MESSAGE}
+                answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                     "response": response}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
