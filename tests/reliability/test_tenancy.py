@@ -160,12 +160,11 @@ def test_a_tenant_cannot_become_cluster_admin_through_a_kfdef(plane, admin, depl
                        if admin.exists(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))]
             if created:
                 return "applied", created
-            obj = admin.get(KFDEF_API, "KfDef", "escalate", TENANT)
-            degraded = condition(obj, "Degraded")
-            return ("refused", obj) if degraded.get("reason") == "ApplyFailed" else None
-        verdict, obj = wait_for(outcome, timeout=90, what="the tenant's stack applied or refused")
-        assert verdict == "refused", f"the operator applied the tenant's {obj}"
-        refused = failures(admin, "escalate")
+            refused = failures(admin, "escalate")
+            return ("refused", refused) if len(refused) == len(ESCALATION) else None
+        verdict, refused = wait_for(outcome, timeout=90, what="the tenant's stack applied or refused")
+        assert verdict == "refused", f"the operator applied the tenant's {refused}"
+        obj = wait_condition_reason(admin, "escalate", TENANT, "Degraded", "True", "ApplyFailed")
         for obj_id, message in refused.items():
             if "ClusterRoleBinding" in obj_id and scope:  # a namespace-scoped operator refuses it before asking
                 assert "outside this operator's scope" in message, message
