@@ -92,6 +92,7 @@ def tenant(plane: ControlPlane, admin: Kube) -> Iterator[Path]:
         admin.resource(KFDEF_API, "KfDef").patch(name=item.metadata.name, namespace=TENANT,
                                                  body={"metadata": {"finalizers": None}},
                                                  content_type="application/merge-patch+json")
+    admin.delete(RBAC, "ClusterRoleBinding", "tenant-a-is-cluster-admin")  # left by a failed attack test
     admin.delete_namespace(TENANT)
     wait_for(lambda: admin.get("v1", "Namespace", TENANT) is None, timeout=120, what=f"namespace {TENANT} gone")
 
