@@ -162,7 +162,7 @@ def test_operator_under_deploy_rbac_deploys_heals_and_tears_down_a_stack(
     admin.create_namespace("kfdefs")
     stack = new_stack()
     # What Kubeflow stacks do and only `escalate`/`bind` allow: a role granting verbs the operator
-    # lacks (impersonate, via "*") and a binding to cluster-admin.
+    # lacks (impersonating users, via "*") and a binding to cluster-admin.
     admin_role = f"stack-admin-{stack.suffix}"
     write_package(stack.root, "admin-rbac", [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": admin_role},
