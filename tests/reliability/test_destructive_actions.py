@@ -21,8 +21,7 @@ from kfdef_operator.api.names import FIELD_MANAGER, RECREATE_ANNOTATION
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, kfdef_status
 from tests.kube import Kube, wait_for
-from tests.reliability.support import (AdmissionServer, ca_bundle_b64, instance_label, self_signed_cert,
-                                      wait_converged)
+from tests.reliability.support import AdmissionServer, ca_bundle_b64, instance_label, self_signed_cert, wait_converged
 from tests.stacks import Stack, write_package
 
 pytestmark = pytest.mark.cluster

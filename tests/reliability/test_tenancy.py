@@ -9,15 +9,14 @@ not a narrower operator role; the multi-tenant component's narrower role is exer
 
 from __future__ import annotations
 
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
 
 from kfdef_dev.controlplane import OPERATOR_USER, TENANT_USER, ControlPlane
-from tests.cluster.conftest import KFDEF_API, CRD_FILE, wait_condition_reason
+from tests.cluster.conftest import CRD_FILE, KFDEF_API, wait_condition_reason
 from tests.cluster.test_deploy import documents, edited_deploy, kubectl, kustomize_build
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
@@ -157,8 +156,8 @@ def test_a_tenant_cannot_become_cluster_admin_through_a_kfdef(plane, admin, depl
         kubectl(plane, "create", "-f", "-", stdin=yaml.safe_dump(kfdef), kubeconfig=tenant)
 
         def outcome() -> tuple[str, object] | None:
-            created = [f"{o['kind']} {o['metadata']['name']}" for o in ESCALATION
-                       if admin.exists(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))]
+            created = [f"{o['kind']} {o['metadata']['name']}" for o in ESCALATION if admin.exists(
+                o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))]
             if created:
                 return "applied", created
             refused = failures(admin, "escalate")
@@ -206,7 +205,7 @@ def test_the_multi_tenant_operator_writes_nothing_of_a_stack_as_itself(plane, mu
 
 
 def test_a_trusted_kfdef_still_deploys_a_whole_cluster_wide_stack(plane, admin, multi_tenant, tmp_path, reliability):
-    """A KfDef naming a ServiceAccount bound to cluster-admin deploys, heals and tears down CRDs, ClusterRoles, namespaces"""
+    """A KfDef naming a ServiceAccount bound to cluster-admin: CRDs, ClusterRoles, namespaces applied, healed, gone"""
     admin.create_namespace("platform")
     admin.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer",
                                                                             "namespace": "platform"}})
@@ -281,4 +280,4 @@ def test_a_kfdef_acts_only_as_an_existing_service_account_of_its_own_namespace(p
         assert not admin.exists("v1", "ConfigMap", "innocent", TENANT), "torn down as the ServiceAccount"
     finally:
         process.stop()
-    reliability.figure("refusals", "ServiceAccountNotFound (missing, the operator's name), InvalidSpec (other namespace)")
+    reliability.figure("refusals", "ServiceAccountNotFound (missing; the operator's name), InvalidSpec (elsewhere)")
