@@ -519,20 +519,8 @@ class Reconciler:
                                      f"the KfDef was deleted while suspended: its {len(stack.inventory)} objects "
                                      "were left in place")
             stack.inventory.clear()
-        if stack.inventory:
-            try:
-                identity = self.identities.of(stack.owner.namespace, service_account_name(body))
-            except InvalidKfDef as error:
-                raise Fail("InvalidSpec", f"{error}; the stack is deleted once spec.serviceAccountName is "
-                                          "corrected", retry=False) from None
-            stack.identity = identity
-            missing = await self.identities.unavailable(identity)
-            if missing is not None:
-                left = cond.list_objects(map(str, stack.inventory))
-                await self.events.record(stack.owner, "Warning", "Orphaned",
-                                         f"{missing}, so its objects cannot be deleted as it; left in place: {left}")
-                stack.inventory.clear()
-        if stack.inventory:
+        identity = await self._teardown_identity(stack, body) if stack.inventory else None
+        if identity is not None:
             stack.teardown = (f"deleting {len(stack.inventory)} objects", False)
             await writer.update()
             result = await self.identities.manager(identity).teardown(
@@ -555,6 +543,23 @@ class Reconciler:
             await writer.update()
         await self._patch_finalizers(stack, add=False)
         await self._forget(stack.key)
+        return None
+
+    async def _teardown_identity(self, stack: Stack, body: JSON) -> StackIdentity | None:
+        """Who deletes the stack; None when its ServiceAccount is gone (its objects are then left in place)."""
+        try:
+            identity = self.identities.of(stack.owner.namespace, service_account_name(body))
+        except InvalidKfDef as error:
+            raise Fail("InvalidSpec", f"{error}; the stack is deleted once spec.serviceAccountName is corrected",
+                       retry=False) from None
+        stack.identity = identity
+        missing = await self.identities.unavailable(identity)
+        if missing is None:
+            return identity
+        left = cond.list_objects(map(str, stack.inventory))
+        await self.events.record(stack.owner, "Warning", "Orphaned",
+                                 f"{missing}, so its objects cannot be deleted as it; left in place: {left}")
+        stack.inventory.clear()
         return None
 
     async def _forget(self, key: Key) -> None:

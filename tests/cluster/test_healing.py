@@ -53,8 +53,11 @@ def test_the_demo_stack_heals_a_deleted_tf_job_operator(operator, kube):
         kube.delete("apps/v1", "Deployment", "tf-job-operator", "kubeflow")
         wait_recreated(kube, "apps/v1", "Deployment", "tf-job-operator", "kubeflow", old_uid=old, timeout=10)
         kube.wait_condition("apps/v1", "Deployment", "tf-job-operator", "Available", namespace="kubeflow", timeout=60)
-        events = kube.core.list_namespaced_event("kubeflow", field_selector="involvedObject.name=demo").items
-        assert any(e.reason == "Healed" and "tf-job-operator" in e.message for e in events)
+        # The Event is posted beside the heal, not before it: it may land after the Deployment is Available.
+        def healed_event() -> bool:
+            events = kube.core.list_namespaced_event("kubeflow", field_selector="involvedObject.name=demo").items
+            return any(e.reason == "Healed" and "tf-job-operator" in e.message for e in events)
+        wait_for(healed_event, timeout=10, what="the Healed event")
         assert operator.metrics().get('kfdef_heals_total{cause="deleted"}', 0) >= 1
     finally:
         kube.delete(KFDEF_API, "KfDef", "demo", "kubeflow")

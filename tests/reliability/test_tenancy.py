@@ -246,7 +246,7 @@ def test_a_trusted_kfdef_still_deploys_a_whole_cluster_wide_stack(plane, admin, 
 
 def test_a_kfdef_acts_only_as_an_existing_service_account_of_its_own_namespace(plane, admin, deploy_roles, tenant,
                                                                                tmp_path, reliability):
-    """A missing ServiceAccount, one of another namespace, the operator's own: refused with what to do"""
+    """Missing, foreign and the operator's ServiceAccount refused, saying what to do; one gone at teardown: kept"""
     write_package(tmp_path / "repo", "app", [ESCALATION[2]])
     base = {"repos": [{"name": "manifests", "uri": str(tmp_path / "repo")}],
             "applications": [{"name": "app", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "app"}}}]}
@@ -276,8 +276,15 @@ def test_a_kfdef_acts_only_as_an_existing_service_account_of_its_own_namespace(p
                      "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": TENANT}]})
         wait_ready(admin, "missing", TENANT, timeout=120)
         assert admin.exists("v1", "ConfigMap", "innocent", TENANT)
+
+        # The ServiceAccount goes before the KfDef (as when a namespace is deleted): nothing may be deleted as
+        # anyone else, so the stack is left in place and the KfDef let go (Flux does the same).
+        admin.delete("v1", "ServiceAccount", "deployer", TENANT)
         delete_kfdefs(admin)
-        assert not admin.exists("v1", "ConfigMap", "innocent", TENANT), "torn down as the ServiceAccount"
+        assert admin.exists("v1", "ConfigMap", "innocent", TENANT), "deleted with another identity"
+        orphaned = [e.message for e in admin.core.list_namespaced_event(TENANT).items if e.reason == "Orphaned"]
+        assert any("tenant-a/deployer" in m and "ConfigMap" in m for m in orphaned), orphaned
     finally:
         process.stop()
     reliability.figure("refusals", "ServiceAccountNotFound (missing; the operator's name), InvalidSpec (elsewhere)")
+    reliability.figure("ServiceAccount gone at teardown", "objects left in place, Orphaned event")
