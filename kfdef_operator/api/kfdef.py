@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from kfdef_operator.api.names import GROUP, KIND, SUPPORTED_API_VERSIONS
-
 
 #: An application with this name switches the whole KfDef to kfctl's "stacks" rendering.
 STACKS_APPLICATION = "kubeflow-apps"

@@ -17,8 +17,9 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kfdef_operator import __version__
 from kfdef_operator.api.kfdef import KfDef

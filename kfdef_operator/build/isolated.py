@@ -27,9 +27,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kfdef_operator.api.kfdef import KfDef
 from kfdef_operator.build.cache import applications_from_json, applications_to_json
@@ -80,7 +81,7 @@ class RenderLimits:
                 "file size": "KFDEF_RENDER_FILE_SIZE"}
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "RenderLimits":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RenderLimits:
         """Defaults overridden by ``KFDEF_RENDER_TIMEOUT`` (seconds), ``KFDEF_RENDER_CPU_SECONDS``,
         ``KFDEF_RENDER_MEMORY`` and ``KFDEF_RENDER_FILE_SIZE`` (bytes, or with Ki/Mi/Gi); raises ``ValueError``
         naming a bad one."""
@@ -171,7 +172,8 @@ class _Child:
                     [sys.executable, "-P", "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=stderr, env=_child_environment(self.workdir), cwd=self.workdir, start_new_session=True)
         except OSError as error:
-            raise RenderError("", f"could not start the render process: {error}", subject=f"{self.subject} failed")
+            raise RenderError("", f"could not start the render process: {error}",
+                              subject=f"{self.subject} failed") from None
         reader = threading.Thread(target=self._read_progress, args=(popen, progress), daemon=True,
                                   name="render-progress")
         reader.start()
@@ -241,7 +243,7 @@ class _Child:
         message = error["message"]
         if error.get("limit") in RenderLimits.SETTINGS:
             message += f": {self.limits.explain(error['limit'])}"
-        application = error.get("application") if isinstance(error.get("application"), str) else ""
+        application = str(error["application"]) if isinstance(error.get("application"), str) else ""
         subject = error.get("subject") if isinstance(error.get("subject"), str) else None
         return RenderError(application, message, subject=subject or (None if application else self.subject))
 
@@ -270,7 +272,7 @@ class _Child:
     def _relog(self, records: Any) -> None:
         for record in (records if isinstance(records, list) else [])[:_MAX_LOG_RECORDS]:
             if isinstance(record, list) and len(record) == 2 and all(isinstance(x, str) for x in record):
-                log.log(logging.getLevelName(record[0]) if record[0] in ("WARNING", "ERROR") else logging.WARNING,
+                log.log(logging.ERROR if record[0] == "ERROR" else logging.WARNING,
                         "%s: %s", self.subject, record[1][:2000])
 
 

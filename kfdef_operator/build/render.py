@@ -69,10 +69,11 @@ import posixpath
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import yaml
 
@@ -417,7 +418,7 @@ def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *
     with ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="render") as pool:
         futures = [pool.submit(one, app) for app in kfdef.applications]
     results, failures = [], []
-    for app, future in zip(kfdef.applications, futures):
+    for app, future in zip(kfdef.applications, futures, strict=True):
         error = future.exception()
         if error is None:
             results.append(future.result())

@@ -195,7 +195,8 @@ def _export(repo: Repo, cache: SourceCache, options: FetchOptions, mirror: Path,
                     process.kill()
                     raise
                 finally:
-                    process.stdout.close()
+                    if process.stdout is not None:
+                        process.stdout.close()
                     exit_code = process.wait()
                 if exit_code != 0:
                     deadline.check()

@@ -333,7 +333,7 @@ def _list_map_keys_problem(node: JsonObject) -> str | None:
             or not isinstance(items, dict) or items.get("type") != "object"):
         return f"{LIST_TYPE}: map needs {LIST_MAP_KEYS} (names) and object items"
     properties = _properties(items)
-    required = items.get("required") if isinstance(items.get("required"), list) else []
+    required: list[Any] = items["required"] if isinstance(items.get("required"), list) else []
     for key in keys:
         key_schema = properties.get(key)
         if not isinstance(key_schema, dict) or key_schema.get("type") not in _SCALAR_TYPES:
@@ -492,7 +492,7 @@ def _check_node(node: object, path: str, level: _Level, out: list[str]) -> None:
         out += [f"{_child(path, step)}: {message}" for message in _junctor_problems(branch, node)]
 
 
-def _properties(node: JsonObject) -> dict[str, object]:
+def _properties(node: JsonObject) -> JsonObject:
     properties = node.get("properties")
     return properties if isinstance(properties, dict) else {}
 
@@ -501,7 +501,8 @@ def _resource_meta_problems(node: JsonObject, is_root: bool) -> list[str]:
     """apiVersion/kind must be strings; metadata an object, restricted to name/generateName at the root."""
     properties = _properties(node)
     problems = [f"properties.{key} must be type: string" for key in ("apiVersion", "kind")
-                if key in properties and (not isinstance(properties[key], dict) or properties[key].get("type") != "string")]
+                if key in properties
+                and (not isinstance(properties[key], dict) or properties[key].get("type") != "string")]
     metadata = properties.get("metadata")
     if metadata is None:
         return problems
@@ -698,7 +699,7 @@ def _crd_version_v1(version: JsonObject, shared: Mapping[str, Any], preserve_unk
 
 def _printer_column_v1(column: JsonObject) -> JsonObject:
     converted = {key: value for key, value in column.items() if key != "JSONPath"}
-    path = column.get("JSONPath", column.get("jsonPath", ""))
+    path = str(column.get("JSONPath", column.get("jsonPath")) or "")
     converted["jsonPath"] = path if path.startswith(".") else f".{path}"
     return converted
 
@@ -857,7 +858,7 @@ _HPA_METRIC_SOURCES = ("resource", "containerResource", "pods", "object", "exter
 
 
 def _hpa_metric_source_v2(source: JsonObject) -> JsonObject:
-    converted = {key: source[key] for key in ("name", "container") if key in source}
+    converted: JsonObject = {key: source[key] for key in ("name", "container") if key in source}
     if "target" in source:  # object metrics: v2beta1's target is the described object
         converted["describedObject"] = source["target"]
     if "metricName" in source:
@@ -992,12 +993,12 @@ def _as_predicate(served: ServedApis) -> ServedPredicate:
 
 def _custom_resources_defined(objects: Iterable[JsonObject]) -> frozenset[tuple[str, str]]:
     """``(apiVersion, kind)`` of custom resources that CRDs among ``objects`` will serve once applied."""
-    defined = set()
+    defined: set[tuple[str, str]] = set()
     for obj in objects:
         if obj.get("kind") != "CustomResourceDefinition" or _group(obj.get("apiVersion", "")) != "apiextensions.k8s.io":
             continue
         spec = obj.get("spec") or {}
-        kind = (spec.get("names") or {}).get("kind")
+        kind = str((spec.get("names") or {}).get("kind", ""))
         names = [version.get("name") for version in spec.get("versions") or [] if version.get("served", True)]
         names += [spec["version"]] if spec.get("version") else []
         defined.update((f"{spec.get('group')}/{name}", kind) for name in names)
