@@ -294,13 +294,13 @@ class Reconciler:
                 await writer.update()
 
         try:
-            await step("FetchingSources", f"fetching {len(kfdef.repos)} source(s)")
+            await step("FetchingSources", f"fetching {cond.counted(len(kfdef.repos), 'source')}")
             sources = await self.work_pool.run(resolve_sources, kfdef.repos, self.source_cache, self.fetch_options,
                                                user=source_user(*stack.key))
         except SourceError as error:
             raise Fail("SourceFailed", str(error), retry=True) from None
         try:
-            await step("Rendering", f"rendering {len(kfdef.applications)} application(s)")
+            await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
             rendered = await self.work_pool.run(self.render_cache.render, body, kfdef, sources,
                                                 render_dir(self.settings.work_dir, *stack.key))
         except (RenderError, KustomizeError) as error:
@@ -309,7 +309,7 @@ class Reconciler:
         stack.reported.update(
             sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
             reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
-        await step("Applying", f"applying {len(stack.desired)} objects")
+        await step("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
         first_time = await self._record_intent(stack)
         changes = await self._apply(stack, kfdef, desired, manager, first_time)
         await self._prune(stack, manager)
@@ -529,7 +529,7 @@ class Reconciler:
             for change in result.changes:
                 stack.inventory.pop(change.ref, None)
             if not result.done:
-                message = f"{len(result.remaining)} object(s) not deleted yet: " + cond.list_objects(
+                message = f"{cond.counted(len(result.remaining), 'object')} not deleted yet: " + cond.list_objects(
                     f"{ref} ({why})" for ref, why in result.remaining)
                 stack.teardown = (message, True)
                 await writer.update()

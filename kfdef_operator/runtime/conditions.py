@@ -31,8 +31,21 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def truncate(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def truncate(text: str, limit: int = MAX_MESSAGE, *, hint: str = "") -> str:
+    """``text`` then ``hint`` in at most ``limit`` characters: the text is cut (ending in …), never the hint.
+
+    The hint says what to do next ("Retrying with backoff.", "see status.failures for all"): cutting it
+    would leave the person on call with the problem and without the way out.
+    """
+    if len(text) + len(hint) <= limit:
+        return text + hint
+    room = max(limit - len(hint), 1)
+    return text[: room - 1] + "…" + hint[: limit - room]
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 source``, ``3 sources``: a count with its noun in the right number."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def set_condition(conditions: list[JSON], type_: str, status: bool, reason: str, message: str,
@@ -85,27 +98,37 @@ SUSPENDED = (False, "Suspended", "reconciliation is suspended by the annotation 
 
 
 def progressing(step: str, message: str) -> Verdict:
-    """Work under way (fetching, rendering, applying)."""
-    return Verdict(ready=(False, "Progressing", message), reconciling=(True, step, message), degraded=NOT_DEGRADED)
+    """Work under way: the step (``Fetching``, ``Rendering``, ``Applying``...) is the reason of Ready too, so
+    ``kubectl get kfdef`` shows it in its Status column."""
+    return Verdict(ready=(False, step, message), reconciling=(True, step, message), degraded=NOT_DEGRADED)
 
 
 def failed(reason: str, message: str, *, retrying: bool) -> Verdict:
     """A failure before anything could be applied (spec, source, render, upgrade)."""
     hint = " Retrying with backoff." if retrying else " Fix the KfDef to retry."
-    return Verdict(ready=(False, reason, message), reconciling=(retrying, reason, message),
-                   degraded=(True, reason, message + hint))
+    told = truncate(message, hint=hint)
+    return Verdict(ready=(False, reason, told), reconciling=(retrying, reason, told), degraded=(True, reason, told))
 
 
 def failure_summary(failures: Sequence[Change]) -> str:
-    """``2 object(s) not applied: <object>: <why>; ...`` (the first five)."""
-    return truncate(f"{len(failures)} object(s) not applied: " + "; ".join(
+    """``2 objects not applied: <object>: <why>; ...`` (the first five)."""
+    return truncate(f"{counted(len(failures), 'object')} not applied: " + "; ".join(
         f"{change.ref}: {change.message}" for change in failures[:5]))
 
 
-def list_objects(items: Iterable[str], limit: int = 8) -> str:
+def list_objects(items: Iterable[str], limit: int = 8, budget: int = 640) -> str:
+    """``a, b, c and 5 more``: at most ``limit`` items and about ``budget`` characters, so that the count of
+    the rest always fits in a condition message."""
     items = list(items)
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+    shown: list[str] = []
+    used = 0
+    for item in items[:limit]:
+        if shown and used + len(item) > budget:
+            break
+        shown.append(truncate(item, budget))
+        used += len(shown[-1]) + 2
+    rest = len(items) - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest else "")
 
 
 def applied(total: int, failures: list[tuple[str, str]], unhealthy: list[tuple[str, str]],
@@ -117,9 +140,9 @@ def applied(total: int, failures: list[tuple[str, str]], unhealthy: list[tuple[s
     """
     not_ready = f"{len(unhealthy)} of {total} objects not ready: " + list_objects(f"{o} ({w})" for o, w in unhealthy)
     if failures:
-        message = f"{len(failures)} of {total} objects not applied: " + list_objects(f"{o} ({m})" for o, m in failures[:3])
-        if len(failures) > 3:
-            message += "; see status.failures for all"
+        message = truncate(f"{len(failures)} of {total} objects not applied: "
+                           + list_objects((f"{o} ({m})" for o, m in failures[:3]), budget=800),
+                           hint="; see status.failures for all" if len(failures) > 3 else "")
         degraded = (True, "ApplyFailed", message)
     elif unhealthy and health_overdue:
         degraded = (True, "HealthCheckTimeout", f"still unhealthy after the health deadline: {not_ready}")

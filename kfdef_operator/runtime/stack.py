@@ -107,7 +107,7 @@ class Stack:
         if generation != self.generation:
             self.failure = None
         self.generation = generation
-        self.step = ("Progressing", "reconcile started") if announce else None
+        self.step = ("Progressing", f"reconciling generation {generation}") if announce else None
 
     def record_apply(self, changes: ChangeSet) -> None:
         """The apply of the current generation finished with these per-object results."""

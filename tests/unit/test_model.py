@@ -189,8 +189,11 @@ def test_crd_identity_versions_and_columns():
     v1, v1beta1 = crd["spec"]["versions"]
     assert (v1["name"], v1["storage"], v1beta1["name"], v1beta1["storage"]) == ("v1", True, "v1beta1", False)
     assert v1["served"] and v1beta1["served"] and v1["subresources"] == {"status": {}}
-    assert [(c["name"], c["type"]) for c in v1["additionalPrinterColumns"]] == [
-        ("Ready", "string"), ("Applied", "integer"), ("Total", "integer"), ("Message", "string"), ("Age", "date")]
+    columns = [(c["name"], c["type"], c.get("priority", 0)) for c in v1["additionalPrinterColumns"]]
+    # Short columns for `kubectl get kfdef`; the long Ready message only with -o wide (priority 1).
+    assert columns == [("Ready", "string", 0), ("Status", "string", 0), ("Applied", "integer", 0),
+                       ("Total", "integer", 0), ("Age", "date", 0), ("Degraded", "string", 1), ("Message", "string", 1)]
+    assert v1["additionalPrinterColumns"] == v1beta1["additionalPrinterColumns"]
     s1, s2 = (v["schema"]["openAPIV3Schema"] for v in (v1, v1beta1))
     app1, app2 = (s["properties"]["spec"]["properties"]["applications"]["items"] for s in (s1, s2))
     assert app1["required"] == ["name"] and "required" not in app2
@@ -220,7 +223,7 @@ def test_fixture_kfdefs_fit_the_crd_schema_unchanged(name):
               "inventory": {"entries": [{"id": "kubeflow_argo_apps_Deployment", "v": "v1"}]},
               "failures": [{"object": "Deployment/kubeflow/argo", "message": "not ready"}],
               "upgrades": {"count": 1, "kinds": ["CustomResourceDefinition"]}}
-    assert schema_problems({"status": status}, schema) == []
+    assert schema_problems({**load(name), "status": status}, schema) == []
 
 
 def test_service_account_name_is_a_name_in_the_kfdefs_own_namespace():

@@ -184,9 +184,9 @@ def test_verdict_apply_to_writes_three_conditions_with_one_timestamp():
     assert all(c["observedGeneration"] == 4 for c in conditions.values())
 
 
-def test_progressing():
+def test_progressing_names_the_step_in_ready_too():
     verdict = progressing("Rendering", "rendering 3 applications")
-    assert verdict.ready == (False, "Progressing", "rendering 3 applications")
+    assert verdict.ready == (False, "Rendering", "rendering 3 applications")  # kubectl get's Status column
     assert verdict.reconciling == (True, "Rendering", "rendering 3 applications")
     assert verdict.degraded[0] is False
 
@@ -194,9 +194,30 @@ def test_progressing():
 @pytest.mark.parametrize("retrying, hint", [(True, "Retrying with backoff."), (False, "Fix the KfDef to retry.")])
 def test_failed(retrying, hint):
     verdict = failed("SourceFailed", "cannot fetch", retrying=retrying)
-    assert verdict.ready == (False, "SourceFailed", "cannot fetch")
-    assert verdict.reconciling == (retrying, "SourceFailed", "cannot fetch")
+    assert verdict.ready == (False, "SourceFailed", f"cannot fetch {hint}")
+    assert verdict.reconciling == (retrying, "SourceFailed", f"cannot fetch {hint}")
     assert verdict.degraded == (True, "SourceFailed", f"cannot fetch {hint}")
+
+
+def test_failed_keeps_its_hint_when_the_message_is_cut():
+    verdict = failed("RenderFailed", "kustomize said: " + "x" * 3000, retrying=True)
+    for _, _, message in (verdict.ready, verdict.reconciling, verdict.degraded):
+        assert len(message) == MAX_MESSAGE and message.endswith("x… Retrying with backoff.")
+    conditions = as_conditions(verdict)  # the condition writer's own cut must not take it either
+    assert conditions[READY]["message"].endswith("Retrying with backoff.")
+
+
+def test_applied_keeps_the_pointer_to_the_failure_list_when_messages_are_long():
+    failures = [(f"ConfigMap n/c{i}", "refused: " + "y" * 900) for i in range(5)]
+    message = applied(10, failures, [], []).ready[2]
+    assert len(message) <= MAX_MESSAGE and message.endswith("; see status.failures for all")
+
+
+def test_waiting_for_health_keeps_the_count_of_objects_not_listed():
+    unhealthy = [(f"Deployment n/web-{i}", "0/1 replicas available; " + "z" * 300) for i in range(12)]
+    message = applied(12, [], unhealthy, []).ready[2]
+    assert len(message) <= MAX_MESSAGE and message.startswith("12 of 12 objects not ready: ")
+    assert re.search(r" and \d+ more$", message)
 
 
 @pytest.mark.parametrize("stuck", [True, False])
@@ -224,6 +245,21 @@ def test_truncate(text, limit, expected):
 
 def test_truncate_default_limit():
     assert len(truncate("y" * 5000)) == MAX_MESSAGE
+
+
+@pytest.mark.parametrize("text, limit, expected", [
+    ("short", 20, "short. Do this."),
+    ("a long message", 14, "a l…. Do this."),
+    ("a long message", 10, "…. Do this"),
+])
+def test_truncate_cuts_the_text_before_the_hint(text, limit, expected):
+    assert truncate(text, limit, hint=". Do this.") == expected
+    assert len(truncate(text, limit, hint=". Do this.")) <= limit
+
+
+@pytest.mark.parametrize("count, expected", [(0, "0 objects"), (1, "1 object"), (2, "2 objects")])
+def test_counted(count, expected):
+    assert st.counted(count, "object") == expected
 
 
 @pytest.mark.parametrize("items, expected", [
