@@ -14,6 +14,8 @@ import kopf
 
 from kfdef_operator.api.kfdef import parse_duration, service_account_name_problem
 from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
+from kfdef_operator.controller import preflight
+from kfdef_operator.controller.log_filters import RetriedThrottling
 from kfdef_operator.controller.reconciler import Settings
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -93,6 +95,7 @@ def _configure_logging(log_format: str, verbose: bool) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.addFilter(RetriedThrottling())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -121,6 +124,14 @@ def default_work_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfdef-operator"
 
 
+async def _check_cluster(kubeconfig: str | None, namespaces: list[str]) -> None:
+    kube = await preflight.connect(kubeconfig)
+    try:
+        await preflight.check_kfdef_api(kube, namespaces)
+    finally:
+        await kube.close()
+
+
 def run_operator(args: argparse.Namespace) -> int:
     from kfdef_operator.controller import handlers  # noqa: F401  (registers the kopf handlers)
 
@@ -140,5 +151,6 @@ def run_operator(args: argparse.Namespace) -> int:
                         teardown_wave_timeout=float(os.environ.get("KFDEF_TEARDOWN_WAVE_TIMEOUT") or 60.0))
     memo = kopf.Memo(kubeconfig=args.kubeconfig, settings=settings, server_address=args.server_address)
     namespaces = args.namespaces or []
+    asyncio.run(_check_cluster(args.kubeconfig, namespaces))  # raises ClusterError: one line, a non-zero exit
     asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=namespaces, memo=memo))
     return 0

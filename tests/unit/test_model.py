@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kfdef_operator.api.kfdef import (Application, InvalidKfDef, KustomizeConfig, Parameter, RepoRef, parse_kfdef,
                                   project_of, service_account_name)
+from kfdef_operator.ssa.schema import validate
 
 KFDEFS = Path(__file__).parent.parent / "fixtures" / "kfdefs"
 
@@ -155,24 +156,9 @@ def test_any_json_either_parses_or_raises_invalid_kfdef(spec):
 CRD = Path(__file__).parent.parent.parent / "crds" / "kfdef.apps.kubeflow.org_kfdefs.yaml"
 
 
-def schema_problems(value, schema: dict, path: str = "") -> list[str]:
-    """A small structural-schema check: types, required fields, unknown fields (which the server would prune)."""
-    kind = schema.get("type")
-    types = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool}
-    if kind and not isinstance(value, types[kind]):
-        return [f"{path}: expected {kind}"]
-    problems = []
-    if kind == "object" and "properties" in schema:
-        problems += [f"{path}.{r}: required" for r in schema.get("required", []) if r not in value]
-        for key, item in value.items():
-            if key not in schema["properties"]:
-                problems.append(f"{path}.{key}: unknown field (pruned)")
-            else:
-                problems += schema_problems(item, schema["properties"][key], f"{path}.{key}")
-    if kind == "array":
-        for index, item in enumerate(value):
-            problems += schema_problems(item, schema["items"], f"{path}[{index}]")
-    return problems
+def schema_problems(obj: dict, schema: dict) -> list[str]:
+    """What the API server would refuse (the command line's own check, ``ssa.schema.validate``)."""
+    return [f"{path}: {message}" for path, message in validate(obj, schema)]
 
 
 def all_schemas(schema: dict):
