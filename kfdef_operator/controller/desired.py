@@ -1,5 +1,8 @@
 """From rendered applications to the objects a KfDef's stack must hold.
 
+:func:`desire` is the whole way, shared by the reconciler and ``kfdef-operator diff`` (so a diff shows what
+the operator would apply): API versions the cluster no longer serves upgraded, then :func:`build_desired`.
+
 Each object's identity is settled here, once: normalised for server-side
 apply, its namespace defaulted or dropped as its kind's scope says (the API
 server's discovery, or the scope of a CRD in the same stack for custom
@@ -13,13 +16,21 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
+from kfdef_operator.api.kfdef import KfDef
+from kfdef_operator.api.names import DIGEST_ANNOTATION
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.changeset import Action, Change
+from kfdef_operator.ssa.claims import Ownership
 from kfdef_operator.ssa.discovery import Discovery, Resource
-from kfdef_operator.ssa.inventory import ObjectRef, ref_of
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of, split_api_version
 from kfdef_operator.ssa.normalize import normalize
+from kfdef_operator.upgrade.convert import UpgradeResult, upgrade_objects
+
+#: Why a run-once object that completed and was removed is not created again.
+RUN_ONCE_GONE = ("ran before with this content and was removed (ttlSecondsAfterFinished); created again only when "
+                 "its spec changes")
 
 
 @dataclass
@@ -96,3 +107,42 @@ def build_desired(objects: Iterable[tuple[str, JSON]], discovery: Discovery, *, 
         if resource is not None:
             state.resources[ref] = resource
     return state
+
+
+def desire(kfdef: KfDef, objects: list[tuple[str, JSON]], discovery: Discovery, *, policy: str,
+           namespaces: frozenset[str] = frozenset()) -> tuple[DesiredState, UpgradeResult]:
+    """The desired state of a KfDef's rendered ``(application, object)`` pairs, and the API-version upgrades made.
+
+    One upgrade call for the whole KfDef: custom resources count as served when their CRD is in the stack.
+    Objects of unserved versions that cannot be converted are rejected. Raises ``UnservedApiVersions`` when
+    ``policy`` is ``off`` and some are unserved, ValueError for an unknown policy.
+    """
+    upgraded = upgrade_objects([obj for _, obj in objects], discovery.serves, policy=policy)
+    desired = build_desired(((objects[index][0], obj) for index, obj in zip(upgraded.origin, upgraded.objects,
+                                                                             strict=True)),
+                            discovery, default_namespace=kfdef.namespace, namespaces=namespaces)
+    desired.rejected.extend(
+        Change(ObjectRef(split_api_version(u.api_version)[0], u.kind, u.namespace or "", u.name), Action.FAILED,
+               f"{u.api_version} is not served by this cluster and cannot be converted: {u.reason}")
+        for u in upgraded.unserved)
+    return desired, upgraded
+
+
+def is_run_once(obj: JSON) -> bool:
+    """Objects meant to go away once done, never to be re-created: Jobs with ``ttlSecondsAfterFinished``."""
+    return (obj.get("kind") == "Job" and split_api_version(obj.get("apiVersion", ""))[0] == "batch"
+            and (obj.get("spec") or {}).get("ttlSecondsAfterFinished") is not None)
+
+
+def applied_digest(owner: Ownership, desired: DesiredState, ref: ObjectRef) -> str:
+    """The digest the owner stamps on ``ref`` when it creates it (what a run-once object is remembered by)."""
+    resource = desired.resources.get(ref)
+    stamped = owner.stamp(desired.objects[ref], namespaced=resource.namespaced if resource else True, adopted=False)
+    return str(stamped["metadata"]["annotations"][DIGEST_ANNOTATION])
+
+
+def kept_absent(owner: Ownership, desired: DesiredState, ran: Mapping[ObjectRef, str | None]) -> dict[ObjectRef, str]:
+    """Run-once objects not to create again, with the reason: those that ``ran`` (digest applied, from the
+    inventory) with this very content."""
+    return {ref: RUN_ONCE_GONE for ref, obj in desired.objects.items()
+            if is_run_once(obj) and ran.get(ref) is not None and ran[ref] == applied_digest(owner, desired, ref)}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Hashable
 
 from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef, service_account_name
-from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, DIGEST_ANNOTATION, FINALIZER,
+from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, FINALIZER,
                                       REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION, kfdef_path)
 from kfdef_operator.api.types import JSON
 from kfdef_operator.build.cache import RenderCache
@@ -32,7 +32,7 @@ from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.build.kustomize import KustomizeError
 from kfdef_operator.build.render import RenderError
 from kfdef_operator.build.workspace import render_dir
-from kfdef_operator.controller.desired import DesiredState, build_desired
+from kfdef_operator.controller.desired import DesiredState, applied_digest, desire, is_run_once, kept_absent
 from kfdef_operator.controller.heartbeat import Liveness
 from kfdef_operator.controller.housekeeping import Housekeeper, source_user
 from kfdef_operator.controller.queue import WorkQueue
@@ -50,13 +50,13 @@ from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import CacheLimits, FetchOptions
 from kfdef_operator.source.resolve import resolve_sources
-from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
+from kfdef_operator.ssa.changeset import Action, ChangeSet
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Discovery
-from kfdef_operator.ssa.inventory import ObjectRef, split_api_version, version_of
+from kfdef_operator.ssa.inventory import ObjectRef, version_of
 from kfdef_operator.ssa.live import LiveObject
 from kfdef_operator.ssa.manager import ApplyOptions, ResourceManager
-from kfdef_operator.upgrade.convert import UnservedApiVersions, upgrade_objects
+from kfdef_operator.upgrade.convert import UnservedApiVersions
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +113,6 @@ def explain(error: BaseException) -> Failure:
         return Failure("Timeout", "timed out waiting for the API server (a watch did not sync, or a request hung); "
                                   "retrying", retrying=True)
     return Failure("ReconcileError", f"{type(error).__name__}: {error}", retrying=True)
-
-
-def _run_once(obj: JSON) -> bool:
-    """Objects meant to go away once done, never to be re-created: Jobs with ``ttlSecondsAfterFinished``."""
-    return (obj.get("kind") == "Job" and split_api_version(obj.get("apiVersion", ""))[0] == "batch"
-            and (obj.get("spec") or {}).get("ttlSecondsAfterFinished") is not None)
 
 
 class Reconciler:
@@ -339,23 +333,17 @@ class Reconciler:
         """Upgrade the rendered objects and settle the stack's desired state; also returns what was upgraded."""
         policy = kfdef.annotations.get(API_UPGRADE_ANNOTATION, self.settings.api_upgrade_default)
         try:
-            # One call for the whole KfDef: custom resources count as served when their CRD is in the stack.
-            upgraded = upgrade_objects([obj for _, obj in objects], self.discovery.serves, policy=policy)
+            desired, upgraded = desire(kfdef, objects, self.discovery, policy=policy,
+                                       namespaces=self.settings.namespaces)
         except UnservedApiVersions as error:
             raise Fail("UnservedApiVersions", str(error), retry=False) from None
         except ValueError as error:
             raise Fail("InvalidSpec", f"{API_UPGRADE_ANNOTATION}: {error}", retry=False) from None
-        desired = build_desired(((objects[index][0], obj) for index, obj in zip(upgraded.origin, upgraded.objects)),
-                                self.discovery, default_namespace=kfdef.namespace,
-                                namespaces=self.settings.namespaces)
         stack.desired, stack.resources = desired.objects, desired.resources
         stack.application_of = desired.application_of
         stack.applications = [app.name for app in kfdef.applications]
-        stack.run_once = {ref for ref, obj in desired.objects.items() if _run_once(obj)}
-        stack.rejected = desired.rejected + [
-            Change(ObjectRef(split_api_version(u.api_version)[0], u.kind, u.namespace or "", u.name), Action.FAILED,
-                   f"{u.api_version} is not served by this cluster and cannot be converted: {u.reason}")
-            for u in upgraded.unserved]
+        stack.run_once = {ref for ref, obj in desired.objects.items() if is_run_once(obj)}
+        stack.rejected = desired.rejected
         stack.problems.pop("render", None)
         if desired.duplicates:
             stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
@@ -382,18 +370,10 @@ class Reconciler:
                        retry=True)
         return new
 
-    def _digest(self, stack: Stack, ref: ObjectRef) -> str:
-        resource = stack.resources.get(ref)
-        stamped = stack.owner.stamp(stack.desired[ref], namespaced=resource.namespaced if resource else True,
-                                    adopted=False)
-        return str(stamped["metadata"]["annotations"][DIGEST_ANNOTATION])
-
     async def _apply(self, stack: Stack, kfdef: KfDef, desired: DesiredState, manager: ResourceManager,
                      first_time: set[ObjectRef]) -> ChangeSet:
         # Run-once objects applied before with this very content are not created again once gone.
-        keep_absent = {ref: "ran before with this content and was removed (ttlSecondsAfterFinished); created "
-                            "again only when its spec changes" for ref in stack.run_once
-                       if (entry := stack.inventory.get(ref)) is not None and entry.run_once == self._digest(stack, ref)}
+        keep_absent = kept_absent(stack.owner, desired, {ref: entry.run_once for ref, entry in stack.inventory.items()})
         await self.tracker.watch(set(stack.resources.values()))
         changes = await manager.apply_all(stack.owner, desired.served, desired.not_served_yet,
                                           ApplyOptions(force=kfdef.force, keep_absent=keep_absent))
@@ -406,7 +386,7 @@ class Reconciler:
                 stack.resources[change.ref] = await self.discovery.resource(change.live["apiVersion"], change.ref.kind)
             if change.ref in stack.run_once and change.action in (Action.CREATED, Action.CONFIGURED,
                                                                    Action.UNCHANGED):
-                stack.inventory[change.ref].run_once = self._digest(stack, change.ref)
+                stack.inventory[change.ref].run_once = applied_digest(stack.owner, desired, change.ref)
         await self.tracker.watch(set(stack.resources.values()))
         for change in changes:
             # Never ours, so never in our inventory: another owner's, or refused the first time it was applied

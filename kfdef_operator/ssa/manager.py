@@ -28,6 +28,10 @@ that exists.
 All requests go through one client, which may act as another identity (see
 :meth:`KubeClient.impersonating`); what a refusal (403) means for the owner is
 worded by ``explain_forbidden``.
+
+With :attr:`ApplyOptions.dry_run` (and ``prune(..., dry_run=True)``) the same decisions are taken and every
+write is a server-side dry run: the server validates and answers with the object it would store, and nothing
+changes (``kfdef-operator diff``).
 """
 
 from __future__ import annotations
@@ -80,6 +84,10 @@ class ApplyOptions:
     #: Objects that are updated when present but never created when absent, with the reason (run-once objects
     #: that completed and were removed, such as Jobs with a TTL).
     keep_absent: Mapping[ObjectRef, str] = field(default_factory=dict)
+    #: Take every decision but write nothing: applies are server-side dry runs (also of objects whose digest
+    #: says they are unchanged, so that drift shows), nothing is deleted or re-created, CRDs are not waited for,
+    #: and custom resources of CRDs not installed yet are reported as created without being checked.
+    dry_run: bool = False
 
 
 @dataclass
@@ -196,17 +204,18 @@ class ResourceManager:
         stamped = ownership.stamp(obj, namespaced=resource.namespaced,
                                   adopted=claim in (Claim.UNCLAIMED, Claim.ADOPTED))
         if (live_meta is not None and claim in (Claim.OURS, Claim.ADOPTED) and not live_meta.get("deletionTimestamp")
-                and ownership.unchanged(live_meta, stamped)):
+                and not options.dry_run and ownership.unchanged(live_meta, stamped)):
             return Change(ref, Action.UNCHANGED)
         try:
-            live, created, dropped = await self.server_side_apply(ref, stamped, resource, ownership.field_manager)
+            live, created, dropped = await self.server_side_apply(ref, stamped, resource, ownership.field_manager,
+                                                                  dry_run=options.dry_run)
             if claim is Claim.ABSENT and not created:
                 # Created by someone else since the lookup: theirs, so adopted (kept at prune and teardown).
                 log.info("%s appeared between lookup and apply: adopting it", ref)
                 claim = Claim.UNCLAIMED
                 stamped = ownership.stamp(obj, namespaced=resource.namespaced, adopted=True)
                 live, created, dropped = await self.server_side_apply(ref, stamped, resource,
-                                                                      ownership.field_manager)
+                                                                      ownership.field_manager, dry_run=options.dry_run)
         except KubeApiError as error:
             if is_immutable_error(error):
                 return await self._recreate(ownership, ref, stamped, resource, claim, live_meta, options, error)
@@ -285,6 +294,8 @@ class ResourceManager:
         if ref.kind not in STATELESS_KINDS and not options.force:
             return Change(ref, Action.FAILED, f"{refused}; {ref.kind} may hold data and is re-created only when the "
                                               "owner sets spec.force: true (or delete it by hand)")
+        if options.dry_run:
+            return Change(ref, Action.CREATED, "would be deleted and re-created: an immutable field changed")
         path = resource.path_of(ref)
         log.info("re-creating %s: an immutable field changed", ref)
         try:
@@ -345,6 +356,10 @@ class ResourceManager:
             for stage in ordering.STAGES:
                 items = stages[stage]
                 if stage == ordering.RESOURCES and resolve_later:
+                    if options.dry_run:  # their CRDs were not created: the server cannot check them
+                        changes.extend(Change(ref_of(obj), Action.CREATED, "not checked by the API server: its kind "
+                                              "is served once this set's CRDs are installed") for obj in resolve_later)
+                        resolve_later = []
                     for obj in resolve_later:
                         try:
                             items.append((obj, await self.discovery.resource(obj["apiVersion"], obj["kind"])))
@@ -355,7 +370,7 @@ class ResourceManager:
                     continue
                 known = None if stage == ordering.PREREQUISITES else await lookup
                 applied = await self.apply_stage(ownership, items, known, options)
-                if stage == ordering.PREREQUISITES:
+                if stage == ordering.PREREQUISITES and not options.dry_run:
                     await self._settle_crds(applied)
                 changes.extend(applied)
                 if progress is not None:
@@ -413,7 +428,7 @@ class ResourceManager:
 
     # -- deletion ------------------------------------------------------------------
 
-    async def _remove(self, ownership: Ownership, ref: ObjectRef, version: str) -> Change:
+    async def _remove(self, ownership: Ownership, ref: ObjectRef, version: str, dry_run: bool = False) -> Change:
         """Delete one object the owner created, or release one it adopted or a person took over."""
         try:
             resource = await self.discovery.resource_for_ref(ref, version)
@@ -427,7 +442,8 @@ class ResourceManager:
             meta = live.get("metadata") or {}
             claim = ownership.claim(meta)
             if claim is Claim.ADOPTED or (claim is Claim.OURS and ownership.opted_out(meta)):
-                await self.kube.request("PATCH", path, body=ownership.release_patch(), content_type=_MERGE_PATCH)
+                await self.kube.request("PATCH", path, body=ownership.release_patch(), params=_dry_run(dry_run),
+                                        content_type=_MERGE_PATCH)
                 why = "existed before" if claim is Claim.ADOPTED else "reconcile disabled on the object"
                 return Change(ref, Action.RELEASED, f"{why}; kept")
             if claim is not Claim.OURS:
@@ -435,7 +451,7 @@ class ResourceManager:
             if meta.get("deletionTimestamp"):
                 return Change(ref, Action.DELETED)
             try:
-                await self.kube.request("DELETE", path, body=_delete_body(meta.get("uid")))
+                await self.kube.request("DELETE", path, body=_delete_body(meta.get("uid")), params=_dry_run(dry_run))
                 return Change(ref, Action.DELETED)
             except KubeApiError as error:
                 if error.status == 404:
@@ -444,8 +460,9 @@ class ResourceManager:
                     raise
         return Change(ref, Action.FAILED, "replaced by another object again and again while being deleted; kept")
 
-    def _removals(self, ownership: Ownership, wave: list[tuple[ObjectRef, str]]) -> list[Coroutine[Any, Any, Change]]:
-        return [self._remove(ownership, ref, version) for ref, version in wave]
+    def _removals(self, ownership: Ownership, wave: list[tuple[ObjectRef, str]],
+                  dry_run: bool = False) -> list[Coroutine[Any, Any, Change]]:
+        return [self._remove(ownership, ref, version, dry_run) for ref, version in wave]
 
     def _failed(self, ref: ObjectRef, error: BaseException) -> Change:
         return Change(ref, Action.FAILED, self.describe(error) if isinstance(error, KubeApiError) else str(error))
@@ -455,11 +472,14 @@ class ResourceManager:
         return ordering.teardown_waves(list(objects.items()), lambda item: item[0].kind,
                                        is_custom=lambda item: ordering.is_custom_group(item[0].group))
 
-    async def prune(self, ownership: Ownership, stale: Mapping[ObjectRef, str]) -> ChangeSet:
-        """Remove objects no longer desired (``{ref: version}``), in teardown order, without waiting."""
+    async def prune(self, ownership: Ownership, stale: Mapping[ObjectRef, str], *, dry_run: bool = False) -> ChangeSet:
+        """Remove objects no longer desired (``{ref: version}``), in teardown order, without waiting.
+
+        ``dry_run``: the deletes and releases are server-side dry runs.
+        """
         changes = ChangeSet()
         for wave in self._waves(stale):
-            answers = await self._gather(self._removals(ownership, wave))
+            answers = await self._gather(self._removals(ownership, wave, dry_run))
             changes.extend(answer if isinstance(answer, Change) else self._failed(ref, answer)
                            for (ref, _), answer in zip(wave, answers))
         return changes
@@ -525,3 +545,7 @@ def _delete_body(uid: str | None) -> JSON:
     if uid:
         body["preconditions"] = {"uid": uid}
     return body
+
+
+def _dry_run(dry_run: bool) -> dict[str, str] | None:
+    return {"dryRun": "All"} if dry_run else None
