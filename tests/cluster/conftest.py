@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 import pytest
 import yaml
 
+from kfdef_dev.controlplane import ControlPlane
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
 from tests.stacks import Stack, make_stack
@@ -16,6 +17,22 @@ from tests.stacks import Stack, make_stack
 ROOT = Path(__file__).resolve().parents[2]
 KFDEF_API = "kfdef.apps.kubeflow.org/v1"
 CRD_FILE = ROOT / "crds" / "kfdef.apps.kubeflow.org_kfdefs.yaml"
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    """A control plane of the module's own, for tests that install or remove cluster-wide things (the session's
+    operator would reconcile them too); a module may override it to pass flags."""
+    with ControlPlane() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def admin(plane: ControlPlane) -> Iterator[Kube]:
+    """An admin client of the module's own control plane."""
+    kube = Kube(plane.kubeconfig)
+    yield kube
+    kube.close()
 
 
 @pytest.fixture(scope="session")

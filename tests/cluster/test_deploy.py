@@ -19,6 +19,7 @@ import yaml
 
 from kfdef_dev.controlplane import OPERATOR_USER, ControlPlane
 from tests.cluster.conftest import KFDEF_API, wait_ready
+from tests.commands import kubectl as run_kubectl
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
 from tests.stacks import write_package
@@ -37,13 +38,6 @@ def plane() -> Iterator[ControlPlane]:
         yield started
 
 
-@pytest.fixture(scope="module")
-def admin(plane: ControlPlane) -> Iterator[Kube]:
-    kube = Kube(plane.kubeconfig)
-    yield kube
-    kube.close()
-
-
 def kustomize_build(plane: ControlPlane, directory: Path) -> str:
     return subprocess.run([plane.bin_dir / "kustomize", "build", directory], check=True, capture_output=True,
                           text=True).stdout
@@ -51,11 +45,7 @@ def kustomize_build(plane: ControlPlane, directory: Path) -> str:
 
 def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None, kubeconfig: Path | None = None,
             check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([plane.bin_dir / "kubectl", "--kubeconfig", kubeconfig or plane.kubeconfig, *args],
-                            input=stdin, capture_output=True, text=True, timeout=60)
-    if check and result.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
-    return result
+    return run_kubectl(plane.bin_dir, kubeconfig or plane.kubeconfig, *args, stdin=stdin, check=check)
 
 
 def documents(text: str) -> list[dict]:

@@ -299,7 +299,7 @@ def test_an_unexpected_error_is_one_line_that_says_it_is_a_bug(run, monkeypatch)
     assert err.startswith("error: unexpected ZeroDivisionError: division by zero (a bug in kfdef-operator")
 
 
-@pytest.mark.parametrize("command", ["build", "diff", "run"])
+@pytest.mark.parametrize("command", ["build", "diff", "run", "uninstall"])
 def test_every_help_lists_the_exit_codes(command, capsys):
     assert cli.main([command, "--help"]) == 0
     out = capsys.readouterr().out
