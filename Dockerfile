@@ -1,9 +1,10 @@
-# kfdef-operator image: the operator, kustomize and git on a slim Python base.
+# kfdef-operator image: the operator, kustomize, git and the demo stack on a slim Python base.
 #
-#   docker build -t ghcr.io/kfdef-operator/kfdef-operator:0.1.0 .
+#   make image IMG=registry.example/kfdef-operator:0.1.0     # docker build -t ... .  (or podman)
 #
-# The registry is a placeholder (docs/deployment.md); deploy/ and the OLM bundle
-# reference the same tag.
+# No image is published: deploy/ and the OLM bundle name a placeholder
+# (ghcr.io/kfdef-operator/kfdef-operator:0.1.0); `make deploy IMG=...` installs
+# with your own. See docs/deployment.md.
 
 # kustomize from the committed tools module, so the image renders exactly like the tests.
 FROM golang:1.26-bookworm AS kustomize
@@ -29,6 +30,11 @@ RUN apt-get update \
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 COPY --from=kustomize /out/kustomize /usr/local/bin/kustomize
+# The demo stack, so that kfdefs/demo/in-cluster.yaml (uri: file:///opt/kfdef-operator/samples/demo/manifests)
+# deploys on any cluster without the internet; the operator reads local sources only under
+# KFDEF_LOCAL_SOURCE_ROOTS.
+COPY kfdefs/demo/manifests /opt/kfdef-operator/samples/demo/manifests
+ENV KFDEF_LOCAL_SOURCE_ROOTS=/opt/kfdef-operator/samples
 # A numeric uid, so the kubelet can enforce runAsNonRoot without reading /etc/passwd.
 RUN useradd --uid 65532 --user-group --home-dir /home/kfdef-operator --create-home --shell /usr/sbin/nologin kfdef-operator
 USER 65532:65532

@@ -12,7 +12,7 @@ OLM_VALIDATE := $(shell tools/build-olm-validate.sh --path)
 RUN    := env KFDEF_K8SBIN=$(K8SBIN) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 
-.PHONY: all venv control-plane test unit demo bench olm-bundle olm-validate crd-package-data clean
+.PHONY: all venv control-plane test unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
 
 all: test
 
@@ -46,6 +46,32 @@ olm-validate:
 # fails while it differs from crds/.
 crd-package-data:
 	cp crds/kfdef.apps.kubeflow.org_kfdefs.yaml kfdef_operator/api/kfdef_crd.yaml
+
+# --- a real cluster (docs/deployment.md) ---------------------------------------------------------------------------
+# The image is not published: build it, then push it to a registry the cluster pulls from, or load it into a
+# local cluster (kind load docker-image $(IMG) / minikube image load $(IMG)).
+IMG            ?= kfdef-operator:dev
+# The image deploy/ names (a placeholder: nothing is published), replaced by $(IMG).
+DEPLOY_IMAGE   := ghcr.io/kfdef-operator/kfdef-operator
+CONTAINER_TOOL ?= docker
+KUBECTL        ?= kubectl
+KUSTOMIZE      ?= $(shell command -v kustomize || echo $(K8SBIN)/kustomize)
+
+image:
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+# deploy/ with the image set to $(IMG), applied with server-side apply to the cluster $(KUBECTL) points at. The
+# image is set in a kustomization of its own (build/deploy/, on top of deploy/): the checkout is not edited.
+deploy:
+	mkdir -p build/deploy
+	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../../deploy\n' \
+	  > build/deploy/kustomization.yaml
+	cd build/deploy && $(KUSTOMIZE) edit set image $(DEPLOY_IMAGE)=$(IMG)
+	$(KUSTOMIZE) build build/deploy | $(KUBECTL) apply --server-side -f -
+
+# KfDefs first (the operator tears their stacks down), then the operator, then the CRD.
+undeploy: venv
+	$(VENV)/bin/kfdef-operator uninstall $(UNINSTALL_ARGS)
 
 # Regenerate olm-bundle/ from crds/, deploy/ and tools/olm/ (tests/unit/test_olm_bundle.py checks it is fresh).
 olm-bundle: venv control-plane olm-validate

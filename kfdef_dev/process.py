@@ -21,10 +21,11 @@ class OperatorProcess:
     """One ``kfdef-operator run`` process with its own log file, probe port and work directory."""
 
     def __init__(self, kubeconfig: Path, work_dir: Path, *, extra_args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, wrapper: tuple[str, ...] = ()) -> None:
         self.kubeconfig = kubeconfig
         self.work_dir = work_dir
         self.extra_args = extra_args
+        self.wrapper = wrapper  # a command that execs the rest in place (the PID stays the operator's)
         self.env = {**os.environ, **(env or {})}
         self.port = free_port()
         self.log_path = work_dir / "operator.log"
@@ -38,7 +39,7 @@ class OperatorProcess:
     def start(self, timeout: float = 60.0) -> None:
         log = open(self.log_path, "ab")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "kfdef_operator", "run", "--kubeconfig", str(self.kubeconfig),
+            [*self.wrapper, sys.executable, "-m", "kfdef_operator", "run", "--kubeconfig", str(self.kubeconfig),
              "--server-address", f"127.0.0.1:{self.port}", "--work-dir", str(self.work_dir / "cache"),
              *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)

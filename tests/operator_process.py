@@ -17,9 +17,11 @@ class OperatorProcess(_OperatorProcess):
     (e.g. ``-v`` to debug a failing test)."""
 
     def __init__(self, kubeconfig: Path, work_dir: Path, *, extra_args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None, local_source_roots: tuple[Path, ...] | None = None) -> None:
+                 env: dict[str, str] | None = None, local_source_roots: tuple[Path, ...] | None = None,
+                 wrapper: tuple[str, ...] = ()) -> None:
         roots = local_source_roots if local_source_roots is not None else (work_dir.parent,)
         super().__init__(kubeconfig, work_dir,
                          extra_args=(*extra_args, *os.environ.get("KFDEF_TEST_OPERATOR_ARGS", "").split()),
                          env={"KFDEF_ALLOW_INSECURE_HTTP": "1", "KFDEF_ALLOWED_SOURCE_NETWORKS": "127.0.0.0/8",
-                              "KFDEF_LOCAL_SOURCE_ROOTS": os.pathsep.join(str(r) for r in roots), **(env or {})})
+                              "KFDEF_LOCAL_SOURCE_ROOTS": os.pathsep.join(str(r) for r in roots), **(env or {})},
+                         wrapper=wrapper)

@@ -14,8 +14,8 @@ kustomize install:
   OLM users set environment through the Subscription's ``spec.config.env``;
 * ``spec.icon`` from ``tools/olm/icon.svg``, ``spec.relatedImages`` and the
   ``containerImage`` annotation from the Deployment's image;
-* ``alm-examples``: ``kfdefs/demo/kfdef.yaml`` fetching its manifests from a
-  release tarball instead of the local directory.
+* ``alm-examples``: ``kfdefs/demo/in-cluster.yaml``, the demo stack served from
+  the operator's image (works without the internet).
 
 The CRD is copied byte for byte and the metrics Service is included (OLM
 creates it in the install namespace). Output is deterministic: the same inputs
@@ -40,14 +40,12 @@ CRD_FILE = ROOT / "crds" / "kfdef.apps.kubeflow.org_kfdefs.yaml"
 OLM_KUSTOMIZATION = ROOT / "tools" / "olm"  # deploy/ as OLM installs it (multi-tenant)
 CSV_BASE = ROOT / "tools" / "olm" / "csv-base.yaml"
 ICON = ROOT / "tools" / "olm" / "icon.svg"
-EXAMPLE_KFDEF = ROOT / "kfdefs" / "demo" / "kfdef.yaml"
+EXAMPLE_KFDEF = ROOT / "kfdefs" / "demo" / "in-cluster.yaml"
 
 PACKAGE = "kfdef-operator"
 CHANNEL = "alpha"
 DEPLOYMENT = "kfdef-operator"
 SERVICE_ACCOUNT = "kfdef-operator"
-# The demo manifests as a release asset would publish them (placeholder repository, see docs/deployment.md).
-EXAMPLE_REPO_URI = "https://github.com/kfdef-operator/kfdef-operator/releases/download/v{version}/demo-manifests.tar.gz"
 
 BUNDLE_ANNOTATIONS = {
     "operators.operatorframework.io.bundle.mediatype.v1": "registry+v1",
@@ -92,11 +90,8 @@ def install_strategy(objects: list[JSON]) -> JSON:
     }}
 
 
-def example_kfdef(version: str) -> JSON:
-    kfdef = yaml.safe_load(EXAMPLE_KFDEF.read_text())
-    for repo in kfdef["spec"]["repos"]:
-        repo["uri"] = EXAMPLE_REPO_URI.format(version=version)
-    return kfdef
+def example_kfdef() -> JSON:
+    return yaml.safe_load(EXAMPLE_KFDEF.read_text())
 
 
 def cluster_service_version(objects: list[JSON]) -> JSON:
@@ -105,7 +100,7 @@ def cluster_service_version(objects: list[JSON]) -> JSON:
     install = install_strategy(objects)
     image = install["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["image"]
     annotations = csv["metadata"]["annotations"]
-    annotations["alm-examples"] = json.dumps([example_kfdef(spec["version"])], indent=2)
+    annotations["alm-examples"] = json.dumps([example_kfdef()], indent=2)
     annotations["containerImage"] = image
     spec["icon"] = [{"base64data": base64.b64encode(ICON.read_bytes()).decode(), "mediatype": "image/svg+xml"}]
     spec["install"] = install

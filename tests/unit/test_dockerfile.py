@@ -168,3 +168,37 @@ def test_final_image_runs_the_operator_with_the_cache_dir() -> None:
     assert "KFDEF_KUSTOMIZE=/usr/local/bin/kustomize" in env
     assert any(i.keyword == "COPY" and i.args.endswith("/usr/local/bin/kustomize") for i in final)
     assert any(i.keyword == "EXPOSE" and i.args == "8080" for i in final)
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Whether ``.dockerignore`` keeps ``path`` out of the build context (the last matching pattern wins)."""
+    ignored = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        stem = pattern.lstrip("!").rstrip("/")
+        if stem == "*" or path == stem or path.startswith(stem + "/"):
+            ignored = not negated
+    return ignored
+
+
+def test_every_copy_from_the_build_context_is_in_the_context() -> None:
+    patterns = [line.strip() for line in (DOCKERFILE.parent / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    copies = [i for i in parse(DOCKERFILE.read_text()) if i.keyword == "COPY" and "--from=" not in i.args]
+    sources = [source.rstrip("/") for i in copies for source in i.args.split()[:-1]]
+    assert "kfdefs/demo/manifests" in sources
+    assert [s for s in sources if _ignored(s, patterns)] == []
+    assert _ignored("tests", patterns) and _ignored("kfdefs/kubeflow-v1.2.0-stacks.yaml", patterns)
+
+
+def test_the_image_serves_the_in_cluster_sample_from_a_local_source_root() -> None:
+    final = stages(parse(DOCKERFILE.read_text()))[-1]
+    (destination,) = [i.args.split()[1] for i in final if i.keyword == "COPY" and i.args.startswith("kfdefs/demo/")]
+    env = dict(word.split("=", 1) for i in final if i.keyword == "ENV" for word in i.args.split())
+    sample = (DOCKERFILE.parent / "kfdefs" / "demo" / "in-cluster.yaml").read_text()
+    assert f"uri: file://{destination}\n" in sample
+    assert destination.startswith(env["KFDEF_LOCAL_SOURCE_ROOTS"] + "/")
+    # deploy/ passes operator.env as envFrom, which wins over the image's ENV even when empty.
+    operator_env = dict(line.split("=", 1) for line in (DOCKERFILE.parent / "deploy" / "operator.env").read_text()
+                        .splitlines() if line and not line.startswith("#"))
+    assert env["KFDEF_LOCAL_SOURCE_ROOTS"] in operator_env["KFDEF_LOCAL_SOURCE_ROOTS"].split(":")

@@ -11,7 +11,7 @@ from kfdef_operator.api.kfdef import parse_kfdef
 from tests.unit.test_model import CRD, schema_problems
 
 KFDEFS = Path(__file__).parents[2] / "kfdefs"
-SAMPLES = sorted([*KFDEFS.glob("*.yaml"), KFDEFS / "demo" / "kfdef.yaml"])
+SAMPLES = sorted([*KFDEFS.glob("*.yaml"), KFDEFS / "demo" / "kfdef.yaml", KFDEFS / "demo" / "in-cluster.yaml"])
 
 
 def test_there_are_samples_for_the_demo_and_each_kubeflow_era():
@@ -33,3 +33,13 @@ def test_stacks_sample_uses_stacks_rendering_and_the_legacy_one_does_not():
     by_name = {p.name: parse_kfdef(yaml.safe_load(p.read_text())) for p in SAMPLES}
     assert by_name["kubeflow-v1.2.0-stacks.yaml"].uses_stacks
     assert not by_name["kubeflow-v1.0.2-k8s-istio.yaml"].uses_stacks
+
+
+def test_the_in_cluster_demo_is_the_demo_served_from_the_image():
+    local, in_cluster = (yaml.safe_load((KFDEFS / "demo" / name).read_text())
+                         for name in ("kfdef.yaml", "in-cluster.yaml"))
+    assert [r["uri"] for r in local["spec"]["repos"]] == ["manifests"]  # next to the file: build, diff, make demo
+    assert [r["uri"] for r in in_cluster["spec"]["repos"]] == ["file:///opt/kfdef-operator/samples/demo/manifests"]
+    for kfdef in (local, in_cluster):
+        del kfdef["spec"]["repos"]
+    assert local == in_cluster
