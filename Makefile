@@ -25,11 +25,11 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 control-plane:
-	tools/build-control-plane.sh
+	@tools/build-control-plane.sh >/dev/null
 
 # The main job: the demo stack deployed, healed and torn down on the embedded control plane.
 demo: venv control-plane
-	$(RUN) $(PY) -m kfdef_dev demo $(DEMO_ARGS)
+	@$(RUN) $(PY) -m kfdef_dev demo $(DEMO_ARGS)
 
 # The suite runs in a loopback-only network namespace (see tools/netns-run).
 test: venv control-plane olm-validate

@@ -1,17 +1,22 @@
-"""``kfdef-operator demo``: the whole story on an embedded control plane, in about a minute.
+"""``python -m kfdef_dev demo`` (``make demo``): the whole story on an embedded control plane, in about a minute.
 
 Starts the local control plane (etcd, kube-apiserver, controller-manager,
 scheduler, kwok), installs the KfDef CRD, runs the operator as its own
 process, creates the demo KfDef (``kfdefs/demo``: a Kubeflow-like stack with
-a ``tf-job-operator`` Deployment), follows its status until Ready, deletes
-``tf-job-operator`` and shows it healed, then deletes the KfDef and shows the
-teardown. Everything it started is stopped at the end.
+a ``tf-job-operator`` Deployment), follows its status until Ready and shows it
+with ``kubectl get kfdef``, deletes ``tf-job-operator`` and shows it healed
+(``kubectl describe kfdef``, ``kfdef-operator diff``), then deletes the KfDef
+and shows the teardown. Everything it started is stopped, and its temporary
+directory removed (kept, with the operator's log, when something failed).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,17 +62,24 @@ def run_demo(args: argparse.Namespace) -> int:
         plane.start()
     except ControlPlaneError as error:
         print(f"error: {error}", file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
         return 1
     # The demo KfDef names the stack shipped in kfdefs/demo/: the one directory this operator may read sources from.
     operator = OperatorProcess(plane.kubeconfig, work / "operator",
                                env={"KFDEF_LOCAL_SOURCE_ROOTS": str(root / "kfdefs" / "demo")})
+    result = 1
     try:
-        say(f"    up in {plane.startup_seconds:.1f}s at {plane.server} (kubeconfig {plane.kubeconfig})")
-        return asyncio.run(_story(root, plane, operator, keep=args.keep))
+        say(f"    up in {plane.startup_seconds:.1f}s at {plane.server}")
+        result = asyncio.run(_story(root, plane, operator, keep=args.keep))
+        return result
     finally:
         operator.stop()
         plane.stop()
-        say("==> stopped the operator and the control plane")
+        if result == 0:
+            shutil.rmtree(work, ignore_errors=True)
+            say("==> stopped the operator and the control plane")
+        else:
+            say(f"==> stopped the operator and the control plane; the operator's log is kept in {operator.log_path}")
 
 
 async def _story(root: Path, plane: ControlPlane, operator: OperatorProcess, *, keep: bool) -> int:
@@ -80,7 +92,7 @@ async def _story(root: Path, plane: ControlPlane, operator: OperatorProcess, *, 
 
         say("==> starting the operator: kfdef-operator run --kubeconfig ...")
         operator.start()
-        say(f"    probes and metrics on {operator.url}/metrics (log: {operator.log_path})")
+        say(f"    probes and metrics on {operator.url}/metrics")
 
         say("==> creating namespace kubeflow and the demo KfDef (kfdefs/demo/kfdef.yaml)")
         kfdef = yaml.safe_load((root / "kfdefs/demo/kfdef.yaml").read_text())
@@ -90,6 +102,8 @@ async def _story(root: Path, plane: ControlPlane, operator: OperatorProcess, *, 
         started = time.monotonic()
         await kube.request("POST", KFDEF_PATH, body=kfdef)
         await _follow_until_ready(kube, started)
+        kubectl(plane, "get", "kfdef", "-n", "kubeflow")
+        kubectl(plane, "get", "kfdef", "-n", "kubeflow", "-o", "wide")
 
         say("==> the classic test: deleting Deployment kubeflow/tf-job-operator")
         old = await kube.get(DEPLOYMENT_PATH)
@@ -100,13 +114,14 @@ async def _story(root: Path, plane: ControlPlane, operator: OperatorProcess, *, 
             f"(new uid {back['metadata']['uid'][:8]}...)")
         await _wait(lambda: _available(kube), 60, "tf-job-operator to be Available")
         say(f"    Available again {time.monotonic() - deleted:.1f}s after the delete (kwok runs its pod)")
-        for event in await _events(kube):
-            say(f"    event {event['type']:7} {event['reason']:10} {event['message']}")
+        kubectl(plane, "describe", "kfdef", "demo", "-n", "kubeflow")
+        say("==> nothing left to change: the live stack matches the KfDef file (exit code 0)")
+        command(plane, "kfdef-operator", "diff", "kfdefs/demo/kfdef.yaml", cwd=root)
 
         if keep:
             say("\n==> the stack stays deployed. From another shell on this machine, as root:")
             say(f"    nsenter --net=/proc/{plane.pid('kube-apiserver')}/ns/net "
-                f"kubectl --kubeconfig {plane.kubeconfig} get kfdef,deploy,crd -A")
+                f"{plane.bin_dir / 'kubectl'} --kubeconfig {plane.kubeconfig} get kfdef,deploy,crd -A")
             await asyncio.to_thread(input, "    press Enter to tear down and stop... ")
 
         say("==> kubectl delete kfdef demo -n kubeflow: the operator tears the stack down")
@@ -157,10 +172,17 @@ async def _gone(kube: KubeClient, path: str) -> bool:
     return await kube.get(path) is None
 
 
-async def _events(kube: KubeClient) -> list[JSON]:
-    listing = await kube.request("GET", "/api/v1/namespaces/kubeflow/events",
-                                 params={"fieldSelector": "involvedObject.kind=KfDef,involvedObject.name=demo"})
-    return sorted(listing.get("items") or [], key=lambda e: e.get("lastTimestamp") or "")
+def kubectl(plane: ControlPlane, *args: str) -> None:
+    """Show a kubectl command and its output as a user would see them (the demo's kubeconfig in KUBECONFIG)."""
+    command(plane, str(plane.bin_dir / "kubectl"), *args, shown="kubectl")
+
+
+def command(plane: ControlPlane, program: str, *args: str, shown: str | None = None, cwd: Path | None = None) -> None:
+    say(f"$ {shown or program} {' '.join(args)}")
+    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
+    done = subprocess.run([program, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    for line in (done.stdout + done.stderr).rstrip("\n").splitlines():
+        say(f"    {line}")
 
 
 async def _follow_until_ready(kube: KubeClient, started: float) -> None:
@@ -174,9 +196,7 @@ async def _follow_until_ready(kube: KubeClient, started: float) -> None:
             kfdef = {}
         status = kfdef.get("status") or {}
         ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
-        summary = status.get("summary") or {}
         line = (f"Ready={ready['status']} ({ready['reason']}): {ready['message']}" if ready else "waiting for status")
-        line += f" [applied {summary.get('applied', 0)}/{summary.get('total', '?')}, ready {summary.get('ready', 0)}]"
         if line != last:
             say(f"    {time.monotonic() - started:5.1f}s {line}")
             last = line
@@ -187,14 +207,15 @@ async def _follow_until_ready(kube: KubeClient, started: float) -> None:
 
 
 _NEXT_STEPS = """
-==> next steps
-    On a real cluster (kubectl pointing at it):
-      kustomize build deploy | kubectl apply --server-side -f -     # CRD, RBAC, operator Deployment
+==> next steps (README.md: "On a real cluster")
+    No image is published: build it, then push it (or load it into kind or minikube).
+      make image IMG=<registry>/kfdef-operator:0.1.0 && docker push <registry>/kfdef-operator:0.1.0
+      make deploy IMG=<registry>/kfdef-operator:0.1.0       # CRD, RBAC, the operator's Deployment
       kubectl create namespace kubeflow
-      kubectl create -f kfdefs/<your kfdef>.yaml -n kubeflow         # repos[].uri must be reachable from the operator
+      kubectl create -f kfdefs/demo/in-cluster.yaml          # this demo, served from the image: no internet needed
       kubectl get kfdef -n kubeflow -w
-    Or run the operator from this checkout against any kubeconfig:
-      kfdef-operator run --kubeconfig ~/.kube/config
+      kfdef-operator diff kfdefs/demo/kfdef.yaml             # what the operator would change (exit 1 if anything)
+      kfdef-operator uninstall                               # the KfDefs, then the operator, then the CRD
     Render a KfDef offline, without any cluster:
       kfdef-operator build kfdefs/demo/kfdef.yaml -o -
 """
