@@ -60,6 +60,9 @@ from kfdef_operator.upgrade.convert import UnservedApiVersions
 
 log = logging.getLogger(__name__)
 
+#: Added by the API server when a KfDef is deleted with propagationPolicy Orphan (kubectl --cascade=orphan).
+ORPHAN_FINALIZER = "orphan"
+
 Key = tuple[str, str]
 
 
@@ -482,10 +485,12 @@ class Reconciler:
     async def _teardown(self, stack: Stack, body: JSON) -> float | None:
         """Delete everything the KfDef created (in reverse dependency order), keep what it adopted.
 
-        The finalizer stays until the inventory is empty, so nothing is ever orphaned, with two exceptions
-        Flux makes too: a suspended KfDef is let go without touching its objects, and so is one whose
-        ServiceAccount is gone (nothing may be deleted with another identity; deleting a namespace removes
-        its ServiceAccounts and KfDefs together).
+        The finalizer stays until the inventory is empty, so nothing is ever orphaned, with two exceptions:
+        a KfDef deleted with ``--cascade=orphan`` (Kubernetes' own ``orphan`` finalizer, which also makes the
+        garbage collector drop the ownerReferences) is let go without touching its objects, and so is one whose
+        ServiceAccount is gone (nothing may be deleted with another identity; deleting a namespace removes its
+        ServiceAccounts and KfDefs together). A suspended KfDef is torn down like any other: deleting it is its
+        owner's explicit request.
         """
         writer = self.writers[stack.key]
         stack.deleting = True
@@ -493,11 +498,10 @@ class Reconciler:
         finalizers = body["metadata"].get("finalizers") or []
         if FINALIZER not in finalizers:
             return None
-        suspended = ((body["metadata"].get("annotations") or {}).get(SUSPEND_ANNOTATION, "").lower() == "true")
-        if stack.inventory and suspended:
-            await self.events.record(stack.owner, "Warning", "Orphaned",
-                                     f"the KfDef was deleted while suspended: its {len(stack.inventory)} objects "
-                                     "were left in place")
+        if stack.inventory and ORPHAN_FINALIZER in finalizers:
+            await self.events.record(stack.owner, "Normal", "Orphaned",
+                                     f"the KfDef was deleted with --cascade=orphan: its {len(stack.inventory)} "
+                                     "objects were left in place")
             stack.inventory.clear()
         identity = await self._teardown_identity(stack, body) if stack.inventory else None
         if identity is not None:

@@ -348,3 +348,26 @@ def test_a_suspended_kfdef_writes_nothing_and_says_so(operator, kube, kfdef_name
         "name": "paused", "namespace": kfdef_namespace, "annotations": {SUSPEND_ANNOTATION: "false"}}}, manager="pause")
     wait_for(lambda: kube.get("v1", "ConfigMap", "held", kfdef_namespace), timeout=30, what="resumed and re-applied")
     wait_ready(kube, "paused", kfdef_namespace)
+
+
+def test_a_kfdef_deleted_with_cascade_orphan_leaves_its_objects_and_a_suspended_one_is_torn_down(
+        operator, kube, kfdef_namespace, tmp_path):
+    repo = tmp_path / "repo"
+    write_package(repo, "app", [configmap("kept", kfdef_namespace)])
+    kube.apply(one_app_kfdef("orphaned", kfdef_namespace, str(repo)))
+    wait_ready(kube, "orphaned", kfdef_namespace)
+    assert kube.get("v1", "ConfigMap", "kept", kfdef_namespace)["metadata"].get("ownerReferences")
+    kube.delete(KFDEF_API, "KfDef", "orphaned", kfdef_namespace, body={"propagationPolicy": "Orphan"})
+    kube.wait_gone(KFDEF_API, "KfDef", "orphaned", kfdef_namespace, timeout=60)
+    kept = kube.get("v1", "ConfigMap", "kept", kfdef_namespace)
+    assert kept is not None and not kept["metadata"].get("ownerReferences")
+
+    write_package(repo, "app", [configmap("gone", kfdef_namespace)])
+    kube.apply(one_app_kfdef("paused", kfdef_namespace, str(repo)))
+    wait_ready(kube, "paused", kfdef_namespace)
+    kube.apply({"apiVersion": KFDEF_API, "kind": "KfDef", "metadata": {
+        "name": "paused", "namespace": kfdef_namespace, "annotations": {SUSPEND_ANNOTATION: "true"}}}, manager="pause")
+    wait_condition_reason(kube, "paused", kfdef_namespace, "Reconciling", "False", "Suspended", timeout=30)
+    kube.delete(KFDEF_API, "KfDef", "paused", kfdef_namespace)
+    kube.wait_gone(KFDEF_API, "KfDef", "paused", kfdef_namespace, timeout=60)
+    assert kube.get("v1", "ConfigMap", "gone", kfdef_namespace) is None
