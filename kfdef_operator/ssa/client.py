@@ -7,6 +7,11 @@ a full deserialisation of every object (CRDs can be hundreds of KiB).
 
 Every request is counted by verb so that benchmarks and tests can prove that
 a no-op reconcile writes nothing and that an idle operator only watches.
+
+Writes can be *fenced*: with :attr:`KubeClient.fence` set, a write is sent
+only while the fence answers True, and refused with :class:`FencedWrite`
+otherwise. A replica that is not (or no longer) the leader thereby writes
+nothing, whichever code path and whichever impersonating view tries.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlencode
 
 import aiohttp
@@ -107,12 +112,23 @@ def service_account_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
 
 
-class _Counters:
-    """Requests by verb and watches opened, shared by a client and its impersonating views."""
+class FencedWrite(KubeApiError):
+    """A write refused before it was sent: the fence says this process may not write now."""
 
-    def __init__(self) -> None:
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(0, method, path, {"reason": "Fenced", "message": "not sent: this replica does not hold "
+                                                                           "the leader lease"})
+
+
+class _Shared:
+    """What a client and its impersonating views share: request counts by verb, watches opened, the user agent
+    and the write fence."""
+
+    def __init__(self, user_agent: str | None = None) -> None:
         self.by_verb: collections.Counter[str] = collections.Counter()
         self.watches = 0
+        self.user_agent = user_agent
+        self.fence: Callable[[], bool] | None = None
 
 
 class KubeClient:
@@ -123,22 +139,35 @@ class KubeClient:
     """
 
     def __init__(self, api_client: aio_client.ApiClient, *, impersonate: str | None = None,
-                 counters: _Counters | None = None) -> None:
+                 shared: _Shared | None = None) -> None:
         self._api = api_client
         self._config = api_client.configuration
-        self._counters = counters or _Counters()
+        self._shared = shared or _Shared()
         self._impersonate = impersonate
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, *, pool_size: int = 64) -> "KubeClient":
-        """Credentials from ``kubeconfig``, else ``$KUBECONFIG``/``~/.kube/config``, else in-cluster."""
+    async def connect(cls, kubeconfig: str | None = None, *, pool_size: int = 64,
+                      user_agent: str | None = None) -> "KubeClient":
+        """Credentials from ``kubeconfig``, else ``$KUBECONFIG``/``~/.kube/config``, else in-cluster.
+
+        ``user_agent`` names this process in the API server's audit log and metrics.
+        """
         configuration = aio_client.Configuration()
         if kubeconfig or os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
             await aio_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         else:
             aio_config.load_incluster_config(client_configuration=configuration)
         configuration.connection_pool_maxsize = pool_size
-        return cls(aio_client.ApiClient(configuration))
+        return cls(aio_client.ApiClient(configuration), shared=_Shared(user_agent))
+
+    @property
+    def fence(self) -> Callable[[], bool] | None:
+        """When set, writes (of this client and of its views) are sent only while it returns True."""
+        return self._shared.fence
+
+    @fence.setter
+    def fence(self, fence: Callable[[], bool] | None) -> None:
+        self._shared.fence = fence
 
     @property
     def host(self) -> str:
@@ -157,21 +186,23 @@ class KubeClient:
         ``system:serviceaccounts:<namespace>``, ``system:authenticated``), so
         the operator needs ``impersonate`` on ``serviceaccounts`` and nothing
         on ``groups`` (which would let it claim any group, ``system:masters``
-        included). The view shares the request counters; closing it is a
+        included). The view shares the request counters, user agent and write fence; closing it is a
         no-op, the pool belongs to the client it came from.
         """
         if user == self._impersonate:
             return self
-        return _View(self._api, impersonate=user, counters=self._counters)
+        return _View(self._api, impersonate=user, shared=self._shared)
 
     async def close(self) -> None:
         await self._api.close()
 
     def stats(self) -> RequestStats:
-        return RequestStats(dict(self._counters.by_verb), self._counters.watches)
+        return RequestStats(dict(self._shared.by_verb), self._shared.watches)
 
     async def _headers(self, content_type: str, accept: str) -> dict[str, str]:
         headers = {"Content-Type": content_type, "Accept": accept}
+        if self._shared.user_agent:
+            headers["User-Agent"] = self._shared.user_agent
         auth = await self._config.auth_settings()
         token = auth.get("BearerToken")
         if token and token.get("value"):
@@ -212,7 +243,9 @@ class KubeClient:
         dry_run = bool(params and params.get("dryRun"))
         url = self._url(path, params)
         for attempt in range(_MAX_ATTEMPTS):
-            self._counters.by_verb[f"{method}{'(dry-run)' if dry_run else ''}"] += 1
+            if method in WRITE_VERBS and not dry_run and self._shared.fence is not None and not self._shared.fence():
+                raise FencedWrite(method, path)
+            self._shared.by_verb[f"{method}{'(dry-run)' if dry_run else ''}"] += 1
             headers = await self._headers(content_type, accept)
             try:
                 # The REST client JSON-encodes dict bodies itself; bytes go out as they are.
@@ -258,7 +291,7 @@ class KubeClient:
         return await self.request("POST", collection_path, body=obj, params={"fieldManager": field_manager})
 
     async def watch(self, path: str, *, resource_version: str | None = None, label_selector: str | None = None,
-                    timeout_seconds: int = 300) -> AsyncIterator[JSON]:
+                    field_selector: str | None = None, timeout_seconds: int = 300) -> AsyncIterator[JSON]:
         """Stream watch events (dicts with ``type`` and ``object``) until the server ends the watch.
 
         Bookmarks are requested so that a reconnect resumes from a recent
@@ -266,8 +299,9 @@ class KubeClient:
         to the caller (it must relist).
         """
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": resource_version,
-                  "labelSelector": label_selector, "timeoutSeconds": str(timeout_seconds)}
-        self._counters.watches += 1
+                  "labelSelector": label_selector, "fieldSelector": field_selector,
+                  "timeoutSeconds": str(timeout_seconds)}
+        self._shared.watches += 1
         headers = await self._headers("application/json", "application/json")
         response = await self._api.rest_client.request(
             "GET", self._url(path, params), headers=headers,
