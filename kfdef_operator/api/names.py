@@ -42,9 +42,13 @@ API_UPGRADE_ANNOTATION = f"{GROUP}/api-upgrade"
 SUSPEND_ANNOTATION = f"{GROUP}/suspend"
 #: On a KfDef: any new value asks for a reconcile now (Flux's ``reconcile.fluxcd.io/requestedAt``).
 REQUESTED_AT_ANNOTATION = f"{GROUP}/requestedAt"
+#: Label on a KfDef: the shard (operator instance) that serves it; unlabelled KfDefs go to the default shard.
+SHARD_LABEL = f"{GROUP}/shard"
 
 # -- who we are -------------------------------------------------------------------------------------
 COMPONENT = "kfdef-operator"
+#: The ``coordination.k8s.io`` Lease replicas elect their leader on (suffixed per shard).
+LEASE_NAME = "kfdef-operator-leader-election"
 
 
 def kfdef_path(namespace: str, name: str) -> str:

@@ -3,11 +3,17 @@
 Only an event-watching handler is registered: kopf streams KfDefs (with its
 reconnects and bookmarks) and the reconciler's work queue does the rest, so
 kopf keeps no handler progress, adds no finalizer and retries nothing on its
-own; the operator manages kfctl's finalizer itself.
+own; the operator manages kfctl's finalizer itself. kopf therefore writes
+nothing, and a standby replica streams KfDefs like the leader.
+
+``memo`` carries what ``kfdef-operator run`` decided: ``settings``,
+``label_selector`` (the shard's KfDefs), ``election`` (None: no leader
+election) and ``identity`` (this process among the replicas).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import os
@@ -16,10 +22,13 @@ from typing import Any
 
 import kopf
 
+from kfdef_operator import __version__
 from kfdef_operator.api.names import GROUP, PLURAL, VERSION
 from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.build.kustomize import KustomizeError, find_kustomize
+from kfdef_operator.controller.leadership import Leadership
 from kfdef_operator.controller.reconciler import Reconciler
+from kfdef_operator.controller.scope import has_globs
 from kfdef_operator.controller.server import ProbeServer
 from kfdef_operator.runtime import metrics
 from kfdef_operator.ssa.client import KubeClient
@@ -33,15 +42,28 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.watching.inactivity_timeout = 330  # no event, not even a bookmark: reconnect (kopf#847)
-    kube = await KubeClient.connect(memo.kubeconfig)
+    namespaces = memo.settings.namespaces
+    if namespaces and not has_globs(namespaces):
+        settings.scanning.disabled = True  # named namespaces need no namespace or CRD watching (nor its RBAC)
+    if memo.label_selector:
+        settings.watching.label_selectors[GROUP, PLURAL] = memo.label_selector
+    user_agent = f"kfdef-operator/{__version__} {memo.identity}"
+    kube = await KubeClient.connect(memo.kubeconfig, user_agent=user_agent)
     memo.api_requests = metrics.count_api_requests(lambda: kube.stats().by_verb)
-    reconciler = Reconciler(kube, memo.settings)
+    memo.kube = kube
+    gate = asyncio.Event() if memo.election else None
+    reconciler = Reconciler(kube, memo.settings, gate=gate)
     await reconciler.start()
-    memo.kube, memo.reconciler = kube, reconciler
+    memo.reconciler, memo.leadership = reconciler, None
+    if memo.election:
+        lease_kube = await KubeClient.connect(memo.kubeconfig, pool_size=2, user_agent=user_agent)
+        memo.leadership = Leadership(kube, lease_kube, memo.election, reconciler)
+        memo.leadership.start()
     if memo.server_address:
-        memo.server = ProbeServer(reconciler, memo.server_address)
+        memo.server = ProbeServer(memo.leadership or reconciler, memo.server_address)
         await memo.server.start()
-    log.info("kfdef-operator started against %s", kube.host)
+    log.info("kfdef-operator started as %s against %s%s", memo.identity, kube.host,
+             f", campaigning for lease {memo.leadership.elector.lease}" if memo.leadership else "")
     _log_renderer(memo.settings.renderer)
 
 
@@ -68,6 +90,8 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     if getattr(memo, "server", None):
         await memo.server.stop()
     await memo.reconciler.stop()
+    if memo.leadership is not None:  # released only now: every writer has stopped
+        await memo.leadership.stop()
     metrics.REGISTRY.unregister(memo.api_requests)
     await memo.kube.close()
 

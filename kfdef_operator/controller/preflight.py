@@ -108,18 +108,21 @@ def _unreachable(host: str, source: str, error: BaseException) -> str:
     return f"cannot reach the API server at {where}: {error}"
 
 
-async def check_kfdef_api(kube: KubeClient, namespaces: list[str] | None = None) -> None:
-    """The KfDef CRD is served and KfDefs may be listed where the operator watches them.
+async def check_kfdef_api(kube: KubeClient, namespaces: list[str] | None = None, label_selector: str = "") -> None:
+    """The KfDef CRD is served and KfDefs may be listed where the operator watches them, with its label selector.
 
     A full list, as kopf's first one: the API server serves it from its watch cache, which is what is briefly
-    unavailable after the CRD changed.
+    unavailable after the CRD changed. A selector the API server refuses would leave the operator watching
+    nothing.
     """
     paths = ([f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in namespaces if "*" not in ns]
              if namespaces else [f"/apis/{GROUP}/{VERSION}/{PLURAL}"])
     for path in paths:
         try:
-            await kube.request("GET", path)
+            await kube.request("GET", path, params={"labelSelector": label_selector or None})
         except KubeApiError as error:
+            if error.status == 400 and label_selector:
+                raise ClusterError(f"--watch-label-selector {label_selector!r}: {error.message}") from None
             if error.status == 404:
                 raise ClusterError(f"the KfDef API ({GROUP}/{VERSION}) is not served by {kube.host}: install the CRD "
                                    f"{CRD_NAME} first (docs/deployment.md)") from None

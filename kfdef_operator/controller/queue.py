@@ -5,6 +5,12 @@ after its delay, even when the KfDef was fixed meanwhile. Here each KfDef has
 one *due time*: a request moves it earlier, never later, so a new generation
 preempts a pending retry backoff or resync at once; the run's result sets
 the next due time (a retry backoff, the resync interval, or none).
+
+A ``gate`` holds all work (a standby replica); meanwhile a due key gets the
+``standby`` work instead, once per request (a standby keeps its caches warm
+with it), and the real work runs the moment the gate opens. :meth:`interrupt`
+cancels work in progress (the replica stopped leading); the interrupted keys
+stay due.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Awaitable, Callable, Hashable
 log = logging.getLogger(__name__)
 
 Work = Callable[[Hashable], Awaitable["float | None"]]
+StandbyWork = Callable[[Hashable], Awaitable[None]]
 
 #: Delay after a run that raised (the work is meant to turn every error into a result; this is a last resort).
 CRASH_DELAY_S = 30.0
@@ -26,21 +33,28 @@ class WorkQueue:
     """Runs ``work(key)`` when a key is due; ``work`` returns seconds until the key's next run, or None.
 
     ``gate`` (when given) must be set for any work to start: a standby
-    replica queues everything and runs nothing until it leads.
+    replica queues everything and runs only ``standby(key)`` (if given) until it leads.
     """
 
-    def __init__(self, work: Work, *, gate: asyncio.Event | None = None) -> None:
+    def __init__(self, work: Work, *, gate: asyncio.Event | None = None, standby: StandbyWork | None = None) -> None:
         self._work = work
         self._gate = gate
+        self._standby = standby
         self._due: dict[Hashable, float] = {}
         self._wake: dict[Hashable, asyncio.Event] = {}
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
         self._running: set[Hashable] = set()
+        self._prepared: dict[Hashable, float] = {}   # key -> the due time its standby work ran for
+        self._interrupted: set[Hashable] = set()
 
     def request(self, key: Hashable, delay: float = 0.0) -> None:
-        """Run ``key`` within ``delay`` seconds (sooner if it is due sooner already)."""
+        """Run ``key`` within ``delay`` seconds (sooner if it is due sooner already).
+
+        While the gate is closed, a request for a key whose standby work already ran runs that work again.
+        """
         due = time.monotonic() + max(delay, 0.0)
-        if key in self._due and self._due[key] <= due:
+        current = self._due.get(key)
+        if current is not None and current <= due and self._prepared.get(key) != current:
             return
         self._due[key] = due
         self._wake.setdefault(key, asyncio.Event()).set()
@@ -56,6 +70,17 @@ class WorkQueue:
     def busy(self) -> bool:
         """Whether any work is running right now."""
         return bool(self._running)
+
+    def interrupt(self, key: Hashable | None = None) -> None:
+        """Cancel the run in progress of ``key`` (of every key when None); interrupted keys stay due.
+
+        Synchronous on purpose: once it returns, no interrupted run gets past its next ``await``.
+        """
+        for running in [key] if key is not None else list(self._running):
+            task = self._tasks.get(running)
+            if running in self._running and task is not None and not task.done():
+                self._interrupted.add(running)
+                task.cancel()
 
     async def stop(self) -> None:
         tasks = list(self._tasks.values())
@@ -80,16 +105,46 @@ class WorkQueue:
                     pass
                 continue
             if self._gate is not None and not self._gate.is_set():
-                await self._gate.wait()
+                if self._standby is not None and self._prepared.get(key) != due:
+                    self._prepared[key] = due
+                    await self._run(key, self._standby)
+                    continue
+                wake.clear()
+                await _first(self._gate.wait(), wake.wait())
                 continue
             del self._due[key]
-            self._running.add(key)
-            try:
-                next_run = await self._work(key)
-            except Exception:
-                log.exception("work on %s failed unexpectedly; retrying in %.0fs", key, CRASH_DELAY_S)
-                next_run = CRASH_DELAY_S
-            finally:
-                self._running.discard(key)
+            self._prepared.pop(key, None)
+            next_run = await self._run(key, self._work)
             if next_run is not None:
                 self.request(key, next_run)
+
+    async def _run(self, key: Hashable, work: Work | StandbyWork) -> float | None:
+        """One run of ``work``; an interrupted run leaves the key due again."""
+        self._running.add(key)
+        try:
+            return await work(key)
+        except asyncio.CancelledError:
+            if key not in self._interrupted:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            log.info("work on %s interrupted", key)
+            self._due.setdefault(key, time.monotonic())
+            return None
+        except Exception:
+            log.exception("work on %s failed unexpectedly; retrying in %.0fs", key, CRASH_DELAY_S)
+            return CRASH_DELAY_S
+        finally:
+            self._interrupted.discard(key)
+            self._running.discard(key)
+
+
+async def _first(*waits: Awaitable[object]) -> None:
+    """Wait until the first of ``waits`` is done; cancel the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -11,6 +11,12 @@ Pipeline per run: parse -> fetch -> render -> upgrade -> desired state ->
 staged apply -> prune -> status, then the next run is due after a retry
 backoff (failures) or the resync interval (success). Every step reports into
 the stack; every exception becomes a condition and an Event.
+
+With a ``gate`` (leader election), only the leader works; a standby runs
+:meth:`Reconciler._prepare` instead, the pipeline up to the desired state and
+the watches of its kinds, writing nothing, so that it takes over warm.
+:meth:`Reconciler.take_over` and :meth:`Reconciler.step_down` switch between
+the two.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Hashable
+from typing import Any, Awaitable, Callable, Hashable, Iterable
 
 from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef, service_account_name
 from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, FINALIZER,
@@ -45,7 +51,7 @@ from kfdef_operator.runtime.identity import Identities, StackIdentity
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Failure, InventoryEntry, Stack, decode_inventory
 from kfdef_operator.runtime.status import StatusWriter
-from kfdef_operator.runtime.tracker import Tracker, instance_label
+from kfdef_operator.runtime.tracker import Tracker, WatchTarget, instance_label
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import CacheLimits, FetchOptions
@@ -122,6 +128,7 @@ class Reconciler:
     """Shared state of a running operator; kopf handlers call :meth:`observe`."""
 
     def __init__(self, kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None = None) -> None:
+        """``gate``: set while this replica leads (None: always leads, no leader election)."""
         self.kube = kube
         self.settings = settings
         self.source_cache = SourceCache(settings.work_dir / "sources", CacheLimits.from_env())
@@ -136,7 +143,10 @@ class Reconciler:
         self.stacks: dict[Key, Stack] = {}
         self.writers: dict[Key, StatusWriter] = {}
         self.healer = Healer(self.manager_for, self.tracker, self.events, self.stacks, self.refresh)
-        self.queue = WorkQueue(self._work, gate=gate)  # type: ignore[arg-type]
+        self._gate = gate
+        self.queue = WorkQueue(self._work, gate=gate,  # type: ignore[arg-type]
+                               standby=self._prepare if gate is not None else None)  # type: ignore[arg-type]
+        self._verified: set[Key] = set()  # KfDefs read afresh since this replica began leading
         self.work_pool = WorkPool(settings.work_threads)  # fetch and render, off the event loop's default executor
         metrics.watch_work_pool(lambda: self.work_pool.running, lambda: self.work_pool.waiting)
         self.liveness = Liveness(self.work_pool)
@@ -163,6 +173,44 @@ class Reconciler:
         """Liveness: the event loop and its threads make progress (controller/heartbeat.py)."""
         return self.liveness.alive()
 
+    def leading(self) -> bool:
+        return self._gate is None or self._gate.is_set()
+
+    # -- leadership ----------------------------------------------------------------------
+
+    def take_over(self) -> None:
+        """This replica leads now: run every KfDef at once, each first read afresh (the last leader wrote last)."""
+        assert self._gate is not None
+        self._verified.clear()
+        self._gate.set()
+        for key in list(self._bodies):
+            self.queue.request(key)
+
+    def step_down(self) -> None:
+        """This replica no longer leads: stop every write at once (synchronously), then keep caches warm.
+
+        Stacks built while leading hold results another leader will change; they are dropped and built again
+        as standby stacks.
+        """
+        assert self._gate is not None
+        self._gate.clear()
+        self.queue.interrupt()
+        self.healer.halt()
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+        self._refresh_pending.clear()
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        for writer in self.writers.values():
+            writer.forget()
+        self.stacks.clear()
+        self.writers.clear()
+        self._by_label.clear()
+        self._attempts.clear()
+        for key in list(self._bodies):
+            self.queue.request(key)
+
     async def stop(self) -> None:
         await self.queue.stop()
         await self.healer.stop()
@@ -184,9 +232,11 @@ class Reconciler:
         """
         meta = body.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        if event_type == "DELETED":
+        if event_type == "DELETED":  # deleted, or no longer selected (moved to another shard): stop at once
+            log.info("KfDef %s/%s is no longer served here (deleted, or no longer selected by this instance)", *key)
             self._bodies.pop(key, None)
             self._triggers.pop(key, None)
+            self.queue.interrupt(key)
             self.queue.request(key)
             return
         self._bodies[key] = body
@@ -200,6 +250,8 @@ class Reconciler:
 
     async def _work(self, key: Hashable) -> float | None:
         assert isinstance(key, tuple)
+        if self._gate is not None and key not in self._verified:
+            await self._read_afresh(key)
         body = self._bodies.get(key)
         if body is None:
             await self._forget(key)
@@ -228,6 +280,56 @@ class Reconciler:
                                                  "existing ServiceAccount of this namespace; nothing is applied "
                                                  "meanwhile", retry=True, base=10.0)
         return stack.identity
+
+    async def _read_afresh(self, key: Key) -> None:
+        """The first run since this replica began leading reads its KfDef, status included, from the API server.
+
+        The previous leader may have written after the last watch event arrived here; its inventory and status
+        are the base of everything this replica writes.
+        """
+        try:
+            body = await self.kube.get(kfdef_path(*key))
+        except (KubeApiError, OSError, TimeoutError) as error:
+            log.warning("KfDef %s/%s: could not read it afresh (using the watched copy): %s", *key, error)
+            return
+        self._verified.add(key)
+        if key not in self._bodies:
+            return  # deleted, or no longer selected by this replica, meanwhile
+        if body is None:
+            self._bodies.pop(key)
+            return
+        self._bodies[key] = body
+        stack = self.stacks.get(key)
+        if stack is not None and stack.owner.uid == body["metadata"].get("uid"):
+            stack.reload(body.get("status") or {})
+
+    async def _prepare(self, key: Hashable) -> None:
+        """A standby's run: what a reconcile reads and builds, nothing it writes (no status, event, finalizer).
+
+        Sources are fetched, applications rendered (into the render cache), the desired state is built and the
+        watches of its kinds are started, so that heals can be decided the moment this replica leads and its
+        first reconcile only confirms the live state. Drift seen meanwhile is noted by the healer and checked
+        after that reconcile. Problems are the leader's to report: they are only logged here.
+        """
+        assert isinstance(key, tuple)
+        body = self._bodies.get(key)
+        if body is None:
+            await self._forget(key)
+            return
+        if body["metadata"].get("deletionTimestamp"):
+            return
+        stack = self._stack_for(body)
+        try:
+            kfdef = parse_kfdef(body)
+            stack.suspended = kfdef.annotations.get(SUSPEND_ANNOTATION, "").lower() == "true"
+            await self._build(stack, kfdef, body, _quietly)
+            await self.tracker.watch(self._targets([stack]))
+            log.info("%s: prepared as a standby: %d objects desired, their kinds watched", stack.owner,
+                     len(stack.desired))
+        except (Fail, InvalidKfDef) as error:
+            log.debug("%s: standby preparation stopped: %s", stack.owner, error)
+        except Exception as error:  # noqa: BLE001 (the leader reports it; a standby only logs)
+            log.info("%s: standby preparation failed: %s", stack.owner, error or type(error).__name__)
 
     def _stack_for(self, body: JSON) -> Stack:
         meta = body["metadata"]
@@ -290,29 +392,14 @@ class Reconciler:
                 stack.step = (reason, message)
                 await writer.update()
 
-        try:
-            await step("FetchingSources", f"fetching {cond.counted(len(kfdef.repos), 'source')}")
-            sources = await self.work_pool.run(resolve_sources, kfdef.repos, self.source_cache, self.fetch_options,
-                                               user=source_user(*stack.key))
-        except SourceError as error:
-            raise Fail("SourceFailed", str(error), retry=True) from None
-        try:
-            await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
-            rendered = await self.work_pool.run(self.render_cache.render, body, kfdef, sources,
-                                                render_dir(self.settings.work_dir, *stack.key))
-        except (RenderError, KustomizeError) as error:
-            raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
-        desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
-        stack.reported.update(
-            sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
-            reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
+        desired, upgraded = await self._build(stack, kfdef, body, step)
         await step("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
         first_time = await self._record_intent(stack)
         changes = await self._apply(stack, kfdef, desired, manager, first_time)
         await self._prune(stack, manager)
         stack.record_apply(changes)
         if not announce:  # a resync: also catch drift that no watch event showed
-            await self.tracker.resync(stack.owner.label, set(stack.resources.values()))
+            await self.tracker.resync(stack.owner.label, self._targets([stack]))
         self.healer.applied(stack)
         self._schedule_refresh_after(self.settings.health_timeout + 1, stack.key)
         if not await writer.update():
@@ -331,6 +418,33 @@ class Reconciler:
             return backoff(attempt, base=10.0)
         self._attempts.pop(stack.key, None)
         return jittered(kfdef.interval or self.settings.interval)
+
+    async def _build(self, stack: Stack, kfdef: KfDef, body: JSON,
+                     step: Callable[[str, str], Awaitable[None]]) -> tuple[DesiredState, str]:
+        """Fetch, render and upgrade: the stack's desired state and what was upgraded (``step`` announces steps)."""
+        try:
+            await step("FetchingSources", f"fetching {cond.counted(len(kfdef.repos), 'source')}")
+            sources = await self.work_pool.run(resolve_sources, kfdef.repos, self.source_cache, self.fetch_options,
+                                               user=source_user(*stack.key))
+        except SourceError as error:
+            raise Fail("SourceFailed", str(error), retry=True) from None
+        try:
+            await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
+            rendered = await self.work_pool.run(self.render_cache.render, body, kfdef, sources,
+                                                render_dir(self.settings.work_dir, *stack.key))
+        except (RenderError, KustomizeError) as error:
+            raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
+        desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
+        stack.reported.update(
+            sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
+            reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
+        return desired, upgraded
+
+    def _targets(self, stacks: Iterable[Stack]) -> set[WatchTarget]:
+        """The watches the stacks' objects need: per kind, or per kind and namespace when namespace-scoped."""
+        scoped = bool(self.settings.namespaces)
+        return {(resource, ref.namespace if scoped else "") for stack in stacks
+                for ref, resource in stack.resources.items()}
 
     def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, str]:
         """Upgrade the rendered objects and settle the stack's desired state; also returns what was upgraded."""
@@ -377,7 +491,7 @@ class Reconciler:
                      first_time: set[ObjectRef]) -> ChangeSet:
         # Run-once objects applied before with this very content are not created again once gone.
         keep_absent = kept_absent(stack.owner, desired, {ref: entry.run_once for ref, entry in stack.inventory.items()})
-        await self.tracker.watch(set(stack.resources.values()))
+        await self.tracker.watch(self._targets([stack]))
         changes = await manager.apply_all(stack.owner, desired.served, desired.not_served_yet,
                                           ApplyOptions(force=kfdef.force, keep_absent=keep_absent))
         for change in changes:
@@ -390,7 +504,7 @@ class Reconciler:
             if change.ref in stack.run_once and change.action in (Action.CREATED, Action.CONFIGURED,
                                                                    Action.UNCHANGED):
                 stack.inventory[change.ref].run_once = applied_digest(stack.owner, desired, change.ref)
-        await self.tracker.watch(set(stack.resources.values()))
+        await self.tracker.watch(self._targets([stack]))
         for change in changes:
             # Never ours, so never in our inventory: another owner's, or refused the first time it was applied
             # (an identity that may not even read it could not delete it either). A CRD that was created but
@@ -412,7 +526,7 @@ class Reconciler:
             else:
                 stack.inventory.pop(change.ref, None)
         if pruned.written:
-            await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
+            await self.tracker.retain(self._targets(self.stacks.values()))
             await self.events.record(stack.owner, "Normal", "Pruned", f"pruned objects no longer rendered: "
                                                                      f"{pruned.summary()}")
 
@@ -447,7 +561,9 @@ class Reconciler:
     # -- readiness from watch events --------------------------------------------------------
 
     def refresh(self, stack: Stack) -> None:
-        """Re-evaluate a stack's status soon (coalesced: one write for a burst of events)."""
+        """Re-evaluate a stack's status soon (coalesced: one write for a burst of events); only while leading."""
+        if not self.leading():
+            return
         self._refresh_pending.add(stack.key)
         if self._refresh_task is None or self._refresh_task.done():
             self._refresh_task = asyncio.create_task(self._refresh_loop())
@@ -466,7 +582,7 @@ class Reconciler:
         while self._refresh_pending:
             await asyncio.sleep(0.2)  # coalesce bursts of events into one status write
             pending, self._refresh_pending = self._refresh_pending, set()
-            for key in pending:
+            for key in pending if self.leading() else ():
                 writer = self.writers.get(key)
                 if writer is not None:
                     await writer.update()
@@ -559,4 +675,8 @@ class Reconciler:
         if writer is not None:
             writer.forget()
         # Watches of kinds no remaining KfDef holds are closed: at rest, only needed watches stay open.
-        await self.tracker.retain({r for s in self.stacks.values() for r in s.resources.values()})
+        await self.tracker.retain(self._targets(self.stacks.values()))
+
+
+async def _quietly(reason: str, message: str) -> None:
+    """A step announced to nobody (a standby writes no status)."""

@@ -1,4 +1,10 @@
-"""``kfdef-operator run``: the operator process (kopf under the hood)."""
+"""``kfdef-operator run``: the operator process (kopf under the hood).
+
+Flags for running several replicas and shards follow Flux's controllers
+(``--enable-leader-election``, ``--leader-election-*``,
+``--watch-label-selector``); the namespaces follow kfctl's operator
+(``WATCH_NAMESPACE``). See docs/deployment.md.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
 from kfdef_operator.controller import preflight
 from kfdef_operator.controller.log_filters import RetriedThrottling
 from kfdef_operator.controller.reconciler import Settings
+from kfdef_operator.controller.scope import election_namespace, instance_identity, lease_name, watched_namespaces
+from kfdef_operator.runtime.election import ElectionConfig
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -61,8 +69,32 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", dest="namespaces", metavar="NS",
-                       help="watch KfDefs in this namespace only (repeatable; globs allowed)")
-    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch KfDefs everywhere (default)")
+                       help="watch KfDefs in this namespace only (repeatable; globs allowed); default: "
+                            "$WATCH_NAMESPACE (comma-separated), else all namespaces")
+    scope.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="watch KfDefs everywhere, whatever $WATCH_NAMESPACE says")
+    parser.add_argument("--watch-label-selector", default=os.environ.get("KFDEF_WATCH_LABEL_SELECTOR", ""),
+                        metavar="SELECTOR",
+                        help="serve only the KfDefs matching this label selector (a shard), e.g. "
+                             "'kfdef.apps.kubeflow.org/shard=shard1'; the default shard takes "
+                             "'!kfdef.apps.kubeflow.org/shard' (default: every KfDef)")
+    parser.add_argument("--shard", default=os.environ.get("KFDEF_SHARD", ""), metavar="NAME",
+                        help="name of this instance's shard: its replicas elect their leader on the Lease "
+                             "kfdef-operator-leader-election-NAME (default: derived from --watch-label-selector)")
+    election = parser.add_argument_group("leader election (on a coordination.k8s.io Lease; docs/deployment.md)")
+    election.add_argument("--enable-leader-election", action="store_true",
+                          default=os.environ.get("KFDEF_ENABLE_LEADER_ELECTION", "").lower() == "true",
+                          help="run as one of several replicas: only the leader writes, standbys stay warm")
+    election.add_argument("--leader-election-namespace", metavar="NS",
+                          help="namespace of the Lease (default: $POD_NAMESPACE, else the pod's own)")
+    election.add_argument("--leader-election-lease-duration", type=_duration, default=15.0, metavar="DURATION",
+                          help="how long a standby waits after the leader's last renewal (default 15s)")
+    election.add_argument("--leader-election-renew-deadline", type=_duration, default=10.0, metavar="DURATION",
+                          help="the leader stops if it cannot renew for this long (default 10s)")
+    election.add_argument("--leader-election-retry-period", type=_duration, default=2.0, metavar="DURATION",
+                          help="renewal and retry interval (default 2s)")
+    election.add_argument("--leader-election-release-on-cancel", action=argparse.BooleanOptionalAction,
+                          default=True, help="release the lease on shutdown for a fast handover (default on)")
     parser.add_argument("--server-address", default=os.environ.get("KFDEF_SERVER_ADDRESS", "0.0.0.0:8080"),
                         help="host:port for /healthz, /readyz and /metrics ('' disables; default %(default)s)")
     parser.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("KFDEF_LOG_FORMAT", "text"))
@@ -124,10 +156,10 @@ def default_work_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfdef-operator"
 
 
-async def _check_cluster(kubeconfig: str | None, namespaces: list[str]) -> None:
+async def _check_cluster(kubeconfig: str | None, namespaces: list[str], label_selector: str) -> None:
     kube = await preflight.connect(kubeconfig)
     try:
-        await preflight.check_kfdef_api(kube, namespaces)
+        await preflight.check_kfdef_api(kube, namespaces, label_selector)
     finally:
         await kube.close()
 
@@ -136,21 +168,34 @@ def run_operator(args: argparse.Namespace) -> int:
     from kfdef_operator.controller import handlers  # noqa: F401  (registers the kopf handlers)
 
     _configure_logging(args.log_format, args.verbose)
+    identity = instance_identity()
     try:
         renderer = renderer_from(args)
-    except ValueError as error:
+        namespaces = frozenset() if args.all_namespaces else watched_namespaces(args.namespaces, os.environ)
+        election = _election(args, identity) if args.enable_leader_election else None
+    except ValueError as error:  # ScopeError is one
         sys.stderr.write(f"error: {error}\n")
         return 2
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
     settings = Settings(work_dir=args.work_dir or default_work_dir(), api_upgrade_default=args.api_upgrade,
                         concurrency=args.concurrency, health_timeout=args.health_timeout,
-                        interval=_duration(args.interval), namespaces=frozenset(args.namespaces or ()),
+                        interval=_duration(args.interval), namespaces=namespaces,
                         work_threads=args.work_threads, renderer=renderer,
                         default_service_account=args.default_service_account,
                         teardown_wave_timeout=float(os.environ.get("KFDEF_TEARDOWN_WAVE_TIMEOUT") or 60.0))
-    memo = kopf.Memo(kubeconfig=args.kubeconfig, settings=settings, server_address=args.server_address)
-    namespaces = args.namespaces or []
-    asyncio.run(_check_cluster(args.kubeconfig, namespaces))  # raises ClusterError: one line, a non-zero exit
-    asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=namespaces, memo=memo))
+    memo = kopf.Memo(kubeconfig=args.kubeconfig, settings=settings, server_address=args.server_address,
+                     label_selector=args.watch_label_selector, election=election, identity=identity)
+    # raises ClusterError: one line, a non-zero exit
+    asyncio.run(_check_cluster(args.kubeconfig, sorted(namespaces), args.watch_label_selector))
+    asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=sorted(namespaces), memo=memo))
     return 0
+
+
+def _election(args: argparse.Namespace, identity: str) -> ElectionConfig:
+    return ElectionConfig(namespace=election_namespace(args.leader_election_namespace, os.environ),
+                          name=lease_name(args.shard, args.watch_label_selector), identity=identity,
+                          lease_duration=args.leader_election_lease_duration,
+                          renew_deadline=args.leader_election_renew_deadline,
+                          retry_period=args.leader_election_retry_period,
+                          release_on_cancel=args.leader_election_release_on_cancel)

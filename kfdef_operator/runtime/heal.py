@@ -111,10 +111,17 @@ class Healer:
         self._deferred: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
         self._background: set[asyncio.Task[None]] = set()
 
+    def halt(self) -> None:
+        """Cancel every heal in progress and drop the pending ones; synchronous, so nothing more is sent."""
+        for task in [*self._workers.values(), *self._background]:
+            task.cancel()
+        self._workers.clear()
+        self._pending.clear()
+        self._waiting_for_parent.clear()
+
     async def stop(self) -> None:
         tasks = [*self._workers.values(), *self._background]
-        for task in tasks:
-            task.cancel()
+        self.halt()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def forget(self, stack: Stack) -> None:

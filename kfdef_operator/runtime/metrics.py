@@ -15,6 +15,7 @@ APPLY_ERRORS = Counter("kfdef_apply_errors", "Objects the API server refused, by
 HEALS = Counter("kfdef_heals", "Owned objects re-created or re-asserted, by cause.", ["cause"])
 HEAL_SECONDS = Histogram("kfdef_heal_latency_seconds", "From the event to the object applied again.",
                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+LEADER = Gauge("kfdef_leader", "1 while this replica holds its shard's leader lease (0: standby).", ["lease"])
 CONDITION = Gauge("kfdef_condition", "Condition status per KfDef (1 true, 0 false).", ["namespace", "name", "type"])
 WORK_POOL_JOBS = Gauge("kfdef_work_pool_jobs", "Source fetches and renders on the work pool, by state (running, "
                        "waiting).", ["state"])

@@ -102,6 +102,11 @@ class Stack:
         """The current generation's apply finished: its results describe the stack."""
         return self.applied_generation == self.generation and self.step is None and self.failure is None
 
+    def reload(self, status: JSON) -> None:
+        """The KfDef's status as read from the API server now (another replica may have written it)."""
+        self.status = dict(status)
+        self.inventory = decode_inventory(self.status)
+
     def begin(self, generation: int, *, announce: bool) -> None:
         """A reconcile of ``generation`` starts; ``announce`` shows its steps in status (new generations only)."""
         if generation != self.generation:

@@ -43,7 +43,7 @@ def readiness(stack: Stack, live: LiveView) -> tuple[list[tuple[str, str]], list
         if tracked is None:
             # Run-once objects that went away (a finished Job's TTL) and deliberately skipped ones are not missing.
             gone_on_purpose = ref in stack.run_once or (change is not None and change.action is Action.SKIPPED)
-            if live.is_watched(ref.group, ref.kind) and not gone_on_purpose:
+            if live.is_watched(ref.group, ref.kind, ref.namespace) and not gone_on_purpose:
                 unhealthy.append((str(ref), "missing"))
         elif not tracked.health.ready:
             unhealthy.append((str(ref), tracked.health.message))

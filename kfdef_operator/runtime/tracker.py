@@ -2,7 +2,9 @@
 
 One watch per resource kind, cluster-wide, filtered server-side by the
 ownership label, so at rest the operator sends no request besides its open
-watches. The cache holds only what decisions need (ownership stamps, digest,
+watches. A namespace-scoped operator (install modes other than
+AllNamespaces) may not list cluster-wide: it watches a namespaced kind per
+namespace instead, each target being ``(resource, namespace)``. The cache holds only what decisions need (ownership stamps, digest,
 readiness), never whole objects: Kubeflow CRDs alone weigh megabytes.
 
 Every change is handed to a listener (``ADDED``, ``MODIFIED``, ``DELETED``)
@@ -30,6 +32,9 @@ from kfdef_operator.ssa.live import LiveObject, summarize
 log = logging.getLogger(__name__)
 
 Listener = Callable[[str, ObjectRef, LiveObject, JSON | None], None]
+#: What to watch: a kind, in one namespace or ("") cluster-wide.
+WatchTarget = tuple[Resource, str]
+_Key = tuple[str, str, str]  # group, kind, namespace ("" = cluster-wide)
 
 _WATCH_TIMEOUT_S = 290
 
@@ -46,57 +51,55 @@ class Tracker:
         self._kube = kube
         self._listener = listener
         self._objects: dict[ObjectRef, LiveObject] = {}
-        self._watches: dict[tuple[str, str], asyncio.Task] = {}
-        self._synced: dict[tuple[str, str], asyncio.Event] = {}
-        self._refused: dict[tuple[str, str], KubeApiError] = {}  # first listing refused (403): no use waiting
-        self._resources: dict[tuple[str, str], Resource] = {}
+        self._watches: dict[_Key, asyncio.Task] = {}
+        self._synced: dict[_Key, asyncio.Event] = {}
+        self._refused: dict[_Key, KubeApiError] = {}  # first listing refused (403): no use waiting
 
     # -- queries -------------------------------------------------------------------
 
     def get(self, ref: ObjectRef) -> LiveObject | None:
         return self._objects.get(ref)
 
-    def is_watched(self, group: str, kind: str) -> bool:
-        key = (group, kind)
-        return key in self._synced and self._synced[key].is_set()
+    def is_watched(self, group: str, kind: str, namespace: str = "") -> bool:
+        keys = [(group, kind, "")] + ([(group, kind, namespace)] if namespace else [])
+        return any(key in self._synced and self._synced[key].is_set() for key in keys)
 
     # -- lifecycle -----------------------------------------------------------------
 
-    async def watch(self, resources: Iterable[Resource], *, timeout: float = 60.0) -> None:
-        """Start watching these resources (if not yet) and wait until each has listed once.
+    async def watch(self, targets: Iterable[WatchTarget], *, timeout: float = 60.0) -> None:
+        """Start watching these targets (if not yet) and wait until each has listed once.
 
         Raises the API server's refusal (403) of a kind's first listing at once, and TimeoutError when a
         listing does not complete within ``timeout``.
         """
         keys = []
-        for resource in resources:
-            key = (resource.group, resource.kind)
+        for resource, namespace in targets:
+            key = _key(resource, namespace)
             if key not in self._watches:
-                self._resources[key] = resource
                 self._synced[key] = asyncio.Event()
-                self._watches[key] = asyncio.create_task(self._run(resource), name=f"watch {resource.plural}")
+                self._watches[key] = asyncio.create_task(
+                    self._run(resource, namespace), name=f"watch {resource.plural} {namespace or '(all namespaces)'}")
             keys.append(key)
         if keys:
             await asyncio.wait_for(asyncio.gather(*(self._wait_synced(key) for key in keys)), timeout)
 
-    async def _wait_synced(self, key: tuple[str, str]) -> None:
+    async def _wait_synced(self, key: _Key) -> None:
         if key in self._refused:
             raise self._refused[key]
         await self._synced[key].wait()
         if key in self._refused:
             raise self._refused[key]
 
-    async def retain(self, resources: Iterable[Resource]) -> None:
-        """Stop the watches of kinds not among ``resources`` and forget their objects."""
-        keep = {(r.group, r.kind) for r in resources}
+    async def retain(self, targets: Iterable[WatchTarget]) -> None:
+        """Stop the watches not among ``targets`` and forget their objects."""
+        keep = {_key(resource, namespace) for resource, namespace in targets}
         for key in [k for k in self._watches if k not in keep]:
             task = self._watches.pop(key)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             self._synced.pop(key, None)
             self._refused.pop(key, None)
-            self._resources.pop(key, None)
-            for ref in [r for r in self._objects if (r.group, r.kind) == key]:
+            for ref in [r for r in self._objects if _covers(key, r)]:
                 del self._objects[ref]
 
     async def close(self) -> None:
@@ -118,25 +121,26 @@ class Tracker:
         except Exception:  # a listener bug must not kill the watch
             log.exception("event listener failed for %s %s", event_type, live.ref)
 
-    async def resync(self, owner_label: str, resources: Iterable[Resource]) -> None:
+    async def resync(self, owner_label: str, targets: Iterable[WatchTarget]) -> None:
         """List one owner's objects of these kinds again and hand every one to the listener as ``SYNC``.
 
         Catches what no watch event showed (drift the operator never saw change) at the cost of one LIST per
         kind; unchanged objects cost the listener a local comparison only. Objects of the owner that are gone
         are reported ``DELETED``.
         """
-        for resource in resources:
-            if self.is_watched(resource.group, resource.kind):
-                await self._relist(resource, owner_label=owner_label)
+        for resource, namespace in targets:
+            if self.is_watched(resource.group, resource.kind, namespace):
+                await self._relist(resource, namespace, owner_label=owner_label)
 
-    async def _relist(self, resource: Resource, *, owner_label: str | None = None) -> str:
+    async def _relist(self, resource: Resource, namespace: str, *, owner_label: str | None = None) -> str:
         """List a kind (all stamped objects, or one owner's) and reconcile the cache with what is there.
 
         Changed objects are dispatched ``ADDED``/``MODIFIED``, vanished ones ``DELETED``; with ``owner_label``
         unchanged ones too, as ``SYNC``.
         """
         selector = INSTANCE_LABEL if owner_label is None else f"{INSTANCE_LABEL}={owner_label}"
-        listing = await self._kube.request("GET", resource.collection_path(), params={"labelSelector": selector})
+        listing = await self._kube.request("GET", resource.collection_path(namespace or None),
+                                           params={"labelSelector": selector})
         seen = set()
         for item in listing.get("items") or []:
             item.setdefault("apiVersion", resource.api_version)
@@ -152,7 +156,7 @@ class Tracker:
                 self._dispatch("SYNC", item)
         # Objects that vanished while no watch was open.
         for ref, live in list(self._objects.items()):
-            if (ref.group, ref.kind) != (resource.group, resource.kind) or ref in seen:
+            if not _covers(_key(resource, namespace), ref) or ref in seen:
                 continue
             if owner_label is not None and instance_label(live) != owner_label:
                 continue
@@ -162,17 +166,18 @@ class Tracker:
             self._dispatch("DELETED", gone)
         return (listing.get("metadata") or {}).get("resourceVersion", "")
 
-    async def _run(self, resource: Resource) -> None:
-        key = (resource.group, resource.kind)
+    async def _run(self, resource: Resource, namespace: str) -> None:
+        key = _key(resource, namespace)
         resource_version: str | None = None
         failures = 0
         while True:
             try:
                 if resource_version is None:
-                    resource_version = await self._relist(resource)
+                    resource_version = await self._relist(resource, namespace)
                     self._refused.pop(key, None)
                     self._synced[key].set()
-                async for event in self._kube.watch(resource.collection_path(), resource_version=resource_version,
+                async for event in self._kube.watch(resource.collection_path(namespace or None),
+                                                    resource_version=resource_version,
                                                     label_selector=INSTANCE_LABEL, timeout_seconds=_WATCH_TIMEOUT_S):
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
@@ -204,3 +209,13 @@ class Tracker:
                 log.warning("watch of %s interrupted: %s", resource.plural, error or type(error).__name__)
             if failures:
                 await asyncio.sleep(min(0.2 * 2 ** min(failures, 6), 10.0) * (0.5 + random.random()))
+
+
+def _key(resource: Resource, namespace: str) -> _Key:
+    return resource.group, resource.kind, namespace if resource.namespaced else ""
+
+
+def _covers(key: _Key, ref: ObjectRef) -> bool:
+    """Whether the watch ``key`` holds ``ref``."""
+    group, kind, namespace = key
+    return (ref.group, ref.kind) == (group, kind) and (not namespace or ref.namespace == namespace)

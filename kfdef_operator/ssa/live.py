@@ -47,5 +47,5 @@ class LiveView(Protocol):
     def get(self, ref: ObjectRef) -> LiveObject | None:
         """The object's summary, or None when it is absent or its kind is not watched."""
 
-    def is_watched(self, group: str, kind: str) -> bool:
-        """Whether the cache holds every object of this kind (so None from :meth:`get` means absent)."""
+    def is_watched(self, group: str, kind: str, namespace: str = "") -> bool:
+        """Whether the cache holds every object of this kind (in ``namespace``), so None from :meth:`get` means absent."""

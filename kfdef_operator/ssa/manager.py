@@ -520,7 +520,7 @@ class ResourceManager:
         deadline = time.monotonic() + timeout
         delay = 0.02
         while True:
-            if self.live is not None and self.live.is_watched(ref.group, ref.kind):
+            if self.live is not None and self.live.is_watched(ref.group, ref.kind, ref.namespace):
                 if self.live.get(ref) is None:
                     return True
             elif await self.kube.get(resource.path_of(ref)) is None:
