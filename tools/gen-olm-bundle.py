@@ -7,18 +7,23 @@ The ClusterServiceVersion is ``tools/olm/csv-base.yaml`` plus what the
 repository already says elsewhere, so the bundle cannot drift from the
 kustomize install:
 
-* ``spec.install``: the Deployment and the ClusterRole rules of
-  ``kustomize build tools/olm``, which is deploy/ with the multi-tenant
-  component (OLM creates the ServiceAccount and binds the rules itself); the
-  Deployment loses its ``envFrom`` of deploy/'s generated ConfigMap, because
-  OLM users set environment through the Subscription's ``spec.config.env``;
+* ``spec.install``: the Deployment of ``kustomize build tools/olm``, which is
+  deploy/ with the multi-tenant component, and, as ``permissions``, the rules
+  of its ClusterRoles and of its leader-election Role (OLM creates the
+  ServiceAccount and binds the rules itself: as Roles in the operator's and
+  each target namespace, or as ClusterRoles when the OperatorGroup targets all
+  namespaces, which is what makes every install mode work with RBAC narrowed
+  to it). The Deployment reads ``WATCH_NAMESPACE`` from the
+  ``olm.targetNamespaces`` annotation OLM puts on the pod, and loses its
+  ``envFrom`` of deploy/'s generated ConfigMap, because OLM users set
+  environment through the Subscription's ``spec.config.env``;
 * ``spec.icon`` from ``tools/olm/icon.svg``, ``spec.relatedImages`` and the
   ``containerImage`` annotation from the Deployment's image;
 * ``alm-examples``: ``kfdefs/demo/in-cluster.yaml``, the demo stack served from
   the operator's image (works without the internet).
 
-The CRD is copied byte for byte and the metrics Service is included (OLM
-creates it in the install namespace). Output is deterministic: the same inputs
+The CRD is copied byte for byte; the metrics Service and the
+PodDisruptionBudget are included (OLM creates them in the install namespace). Output is deterministic: the same inputs
 give the same bytes, which tests/unit/test_olm_bundle.py relies on.
 """
 
@@ -72,8 +77,12 @@ def find(objects: list[JSON], kind: str, name: str | None = None) -> list[JSON]:
     return found
 
 
+#: What OLM puts on the operator's pod: the OperatorGroup's target namespaces, comma-separated ("" for all).
+TARGET_NAMESPACES = {"fieldRef": {"fieldPath": "metadata.annotations['olm.targetNamespaces']"}}
+
+
 def install_strategy(objects: list[JSON]) -> JSON:
-    """spec.install from deploy/'s Deployment and ClusterRoles."""
+    """spec.install from deploy/'s Deployment, ClusterRoles and leader-election Role."""
     deployment = find(objects, "Deployment", DEPLOYMENT)[0]
     generated = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
     spec = json.loads(json.dumps(deployment["spec"]))  # a deep copy we may edit
@@ -83,9 +92,13 @@ def install_strategy(objects: list[JSON]) -> JSON:
             container["envFrom"] = env_from
         else:
             container.pop("envFrom", None)
-    rules = [rule for role in find(objects, "ClusterRole") for rule in role["rules"]]
+        for variable in container.get("env", ()):
+            if variable["name"] == "WATCH_NAMESPACE":
+                variable.pop("value", None)
+                variable["valueFrom"] = TARGET_NAMESPACES
+    rules = [rule for kind in ("ClusterRole", "Role") for role in find(objects, kind) for rule in role["rules"]]
     return {"strategy": "deployment", "spec": {
-        "clusterPermissions": [{"serviceAccountName": SERVICE_ACCOUNT, "rules": rules}],
+        "permissions": [{"serviceAccountName": SERVICE_ACCOUNT, "rules": rules}],
         "deployments": [{"name": DEPLOYMENT, "label": deployment["metadata"].get("labels", {}), "spec": spec}],
     }}
 
@@ -108,10 +121,11 @@ def cluster_service_version(objects: list[JSON]) -> JSON:
     return csv
 
 
-def metrics_service(objects: list[JSON]) -> JSON:
-    service = json.loads(json.dumps(find(objects, "Service", "kfdef-operator-metrics")[0]))
-    service["metadata"].pop("namespace", None)  # OLM creates it in the install namespace
-    return service
+def install_namespace_object(objects: list[JSON], kind: str, name: str) -> JSON:
+    """A namespaced object of deploy/ without its namespace: OLM creates it in the install namespace."""
+    found = json.loads(json.dumps(find(objects, kind, name)[0]))
+    found["metadata"].pop("namespace", None)
+    return found
 
 
 class _Dumper(yaml.SafeDumper):
@@ -142,7 +156,10 @@ def generate(output: Path, kustomize: str) -> None:
     files = {
         f"manifests/{csv['metadata']['name'].split('.v')[0]}.clusterserviceversion.yaml": dump(csv),
         f"manifests/{CRD_FILE.name}": CRD_FILE.read_text(),
-        "manifests/kfdef-operator-metrics_v1_service.yaml": dump(metrics_service(objects)),
+        "manifests/kfdef-operator-metrics_v1_service.yaml":
+            dump(install_namespace_object(objects, "Service", "kfdef-operator-metrics")),
+        "manifests/kfdef-operator_policy_v1_poddisruptionbudget.yaml":
+            dump(install_namespace_object(objects, "PodDisruptionBudget", DEPLOYMENT)),
         "metadata/annotations.yaml": dump({"annotations": BUNDLE_ANNOTATIONS}),
         "bundle.Dockerfile": bundle_dockerfile(),
     }

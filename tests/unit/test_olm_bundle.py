@@ -69,3 +69,25 @@ def test_bundle_dockerfile_labels_match_the_annotations() -> None:
     labels = dict(line[len("LABEL "):].split("=", 1) for line in dockerfile.splitlines() if line.startswith("LABEL "))
     assert labels == annotations
     assert "FROM scratch" in dockerfile
+
+
+def test_every_install_mode_is_supported_with_rbac_olm_scopes_to_the_target_namespaces() -> None:
+    csv = yaml.safe_load(CSV.read_text())
+    assert {m["type"]: m["supported"] for m in csv["spec"]["installModes"]} == {
+        "OwnNamespace": True, "SingleNamespace": True, "MultiNamespace": True, "AllNamespaces": True}
+    install = csv["spec"]["install"]["spec"]
+    # Only `permissions`: OLM grants them in the target namespaces (cluster-wide for AllNamespaces);
+    # `clusterPermissions` would be cluster-wide in every mode.
+    assert "clusterPermissions" not in install
+    rules = install["permissions"][0]["rules"]
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "verbs": ["get", "create", "update", "watch"]} in rules
+    [deployment] = install["deployments"]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2 and spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    env = {e["name"]: e for e in spec["template"]["spec"]["containers"][0]["env"]}
+    assert env["WATCH_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['olm.targetNamespaces']"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    budget = yaml.safe_load((BUNDLE / "manifests" / "kfdef-operator_policy_v1_poddisruptionbudget.yaml").read_text())
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
