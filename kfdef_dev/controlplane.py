@@ -15,6 +15,12 @@ control plane refuses to start unless the process runs in a network namespace
 where only loopback exists (see ``tools/netns-run``); set
 ``KFDEF_ALLOW_HOST_NETWORK=1`` to override that guard knowingly.
 
+With ``audit=True`` kube-apiserver keeps an audit log of every write
+(:data:`AUDIT_POLICY`, metadata only): the server's own record of who changed
+what, read back with :meth:`ControlPlane.audit_events`. ``users`` adds
+group-less token users besides ``admin``, ``kfdef-operator`` and ``tenant`` (one per
+operator replica, so the audit log tells replicas apart).
+
 The binaries come from ``tools/build-control-plane.sh``; :func:`find_bin_dir`
 locates them.
 """
@@ -44,6 +50,18 @@ OPERATOR_USER = "kfdef-operator"
 #: A group-less token user holding nothing until a test grants it something (a tenant, in the security tests).
 TENANT_USER = "tenant"
 SERVICE_CIDR = "10.0.0.0/24"
+
+#: Writes at Metadata level (who, what, when, the answer); reads and watches are not recorded.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  verbs: [get, list, watch]
+- level: None
+  nonResourceURLs: ["*"]
+- level: Metadata
+"""
 
 _START_TIMEOUT_S = 120.0
 _STOP_TIMEOUT_S = 15.0
@@ -158,6 +176,8 @@ class ControlPlane:
     work_dir: Path | None = None
     apiserver_flags: tuple[str, ...] = ()
     controller_manager_flags: tuple[str, ...] = ()
+    audit: bool = False
+    users: tuple[str, ...] = ()
     allow_host_network: bool = field(default_factory=lambda: os.environ.get("KFDEF_ALLOW_HOST_NETWORK") == "1")
 
     def __post_init__(self) -> None:
@@ -252,18 +272,32 @@ class ControlPlane:
         return self._tokens["admin"]
 
     def kubeconfig_for(self, user: str = OPERATOR_USER) -> Path:
-        """Kubeconfig of a token user: ``admin``, or the group-less ``kfdef-operator`` or ``tenant``."""
+        """Kubeconfig of a token user: ``admin``, the group-less ``kfdef-operator`` or ``tenant``, or one of
+        ``users``."""
         return self.work_dir / f"{user}.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.work_dir / "logs" / "audit.log"
+
+    def audit_events(self) -> list[dict]:
+        """Every event of the audit log so far (``audit=True``), oldest first."""
+        if not self.audit:
+            raise ControlPlaneError("the control plane was started without audit=True")
+        try:
+            lines = self.audit_log.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
 
     def _prepare_credentials(self) -> None:
         pki = self.work_dir / "pki"
         pki.mkdir(exist_ok=True)
         subprocess.run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"], check=True, capture_output=True)
-        self._tokens = {"admin": secrets.token_hex(16), OPERATOR_USER: secrets.token_hex(16),
-                        TENANT_USER: secrets.token_hex(16)}
+        self._tokens = {name: secrets.token_hex(16) for name in ("admin", OPERATOR_USER, TENANT_USER, *self.users)}
         (self.work_dir / "tokens.csv").write_text(
             f'{self._tokens["admin"]},admin,admin-uid,"system:masters"\n'
-            + "".join(f"{self._tokens[user]},{user},{user}-uid\n" for user in (OPERATOR_USER, TENANT_USER))
+            + "".join(f"{token},{user},{user}-uid\n" for user, token in self._tokens.items() if user != "admin")
         )
 
     def _write_kubeconfigs(self) -> None:
@@ -301,6 +335,11 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         d = self.work_dir
+        audit: list[str] = []
+        if self.audit:
+            (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
+            audit = [f"--audit-policy-file={d / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
+                     "--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0"]
         self._start("kube-apiserver", [
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
@@ -311,7 +350,7 @@ class ControlPlane:
             f"--service-account-key-file={d / 'pki' / 'sa.key'}",
             f"--service-account-signing-key-file={d / 'pki' / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
-            *self.apiserver_flags,
+            *audit, *self.apiserver_flags,
         ])
         self._wait_http("kube-apiserver", f"{self.server}/readyz", token=self._tokens["admin"], ca=self.ca_file)
 

@@ -4,7 +4,8 @@ This module starts its own control plane: the session one may run the admin
 operator (the ``operator`` fixture, all namespaces), which would reconcile the
 KfDefs here too. On this plane the only operator is the one running under the
 deploy/ ClusterRoles' identity, so the stack it deploys proves those roles
-suffice.
+suffice; likewise the namespaced install (deploy/namespaced) runs under a user
+holding nothing but the Roles it grants.
 """
 
 from __future__ import annotations
@@ -18,23 +19,26 @@ import pytest
 import yaml
 
 from kfdef_dev.controlplane import OPERATOR_USER, ControlPlane
+from kfdef_operator.api.names import LEASE_NAME
 from tests.cluster.conftest import KFDEF_API, wait_ready
 from tests.commands import kubectl as run_kubectl
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
-from tests.stacks import write_package
+from tests.stacks import deployment, write_package
 
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "kfdef-operator-system"
+NAMESPACED_USER = "namespaced-operator"
 
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
     # The quota controller computes a new quota's usage of a custom resource only after it has
     # discovered the CRD (every 30 s) and then at its next full resync (5 min by default).
-    with ControlPlane(controller_manager_flags=("--resource-quota-sync-period=5s",)) as started:
+    with ControlPlane(controller_manager_flags=("--resource-quota-sync-period=5s",),
+                      users=(NAMESPACED_USER,)) as started:
         yield started
 
 
@@ -214,3 +218,89 @@ def test_quota_component_allows_one_kfdef_in_the_operator_namespace(plane: Contr
     finally:
         admin.delete("v1", "ResourceQuota", "kfdef-singleton", NAMESPACE)
         admin.delete(KFDEF_API, "KfDef", "one", NAMESPACE)
+
+
+def grant_namespaced_access(plane: ControlPlane, namespace: str) -> None:
+    """deploy/namespaced/access applied in ``namespace`` as documented, bound to the test's token user instead of
+    the ServiceAccount (which a process outside the cluster cannot use)."""
+    for doc in documents(kustomize_build(plane, ROOT / "deploy" / "namespaced" / "access")):
+        doc["metadata"]["namespace"] = namespace
+        if doc["kind"] == "RoleBinding":
+            doc["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": NAMESPACED_USER}]
+        kubectl(plane, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(doc))
+
+
+NAMESPACED_CAN_I = [
+    ("create deployments.apps -n team-a", "yes"),
+    ("patch kfdefs.kfdef.apps.kubeflow.org --subresource=status -n team-b", "yes"),
+    ("update leases.coordination.k8s.io -n team-a", "yes"),
+    ("create deployments.apps -n elsewhere", "no"),
+    ("list kfdefs.kfdef.apps.kubeflow.org --all-namespaces", "no"),
+    ("create clusterroles", "no"),
+    ("create customresourcedefinitions.apiextensions.k8s.io", "no"),
+    ("create namespaces", "no"),
+]
+
+
+def test_namespaced_install_serves_its_namespaces_with_their_roles_only(plane: ControlPlane, admin: Kube,
+                                                                       deployed, tmp_path: Path) -> None:
+    """MultiNamespace: WATCH_NAMESPACE=team-a,team-b and deploy/namespaced/access in both, nothing cluster-wide.
+
+    The operator (leader election on, its Lease in team-a) deploys and heals a namespaced stack, refuses a
+    stack's cluster-scoped object in the KfDef's status, and never touches a KfDef of another namespace.
+    """
+    for namespace in ("team-a", "team-b", "elsewhere"):
+        admin.create_namespace(namespace)
+    for namespace in ("team-a", "team-b"):
+        grant_namespaced_access(plane, namespace)
+    user = plane.kubeconfig_for(NAMESPACED_USER)
+    for question, expected in NAMESPACED_CAN_I:
+        answer = kubectl(plane, "auth", "can-i", *question.split(), kubeconfig=user, check=False).stdout.strip()
+        assert answer == expected, question
+
+    repo = tmp_path / "repo"
+    write_package(repo, "app", [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app"}},
+                                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"},
+                                 "data": {"mode": "on"}},
+                                deployment("app")])
+    write_package(repo, "cluster", [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                     "metadata": {"name": "team-b-reader"}, "rules": []},
+                                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}])
+
+    def kfdef(name: str, namespace: str, path: str) -> dict:
+        return {"apiVersion": KFDEF_API, "kind": "KfDef", "metadata": {"name": name, "namespace": namespace},
+                "spec": {"applications": [{"name": path, "kustomizeConfig": {"repoRef": {"name": "manifests",
+                                                                                          "path": path}}}],
+                         "repos": [{"name": "manifests", "uri": str(repo)}]}}
+
+    admin.apply(kfdef("ignored", "elsewhere", "app"))  # first: by the time the others are done, it was seen
+    process = OperatorProcess(user, tmp_path / "operator", env={"WATCH_NAMESPACE": "team-a,team-b"},
+                              extra_args=("--enable-leader-election", "--leader-election-namespace", "team-a"))
+    process.start()
+    try:
+        admin.apply(kfdef("apps", "team-a", "app"))
+        admin.apply(kfdef("cluster", "team-b", "cluster"))
+        wait_ready(admin, "apps", "team-a")
+        admin.delete("apps/v1", "Deployment", "app", "team-a")
+        wait_for(lambda: admin.exists("apps/v1", "Deployment", "app", "team-a"), what="the heal")
+
+        def refused() -> dict | None:
+            status = (admin.get(KFDEF_API, "KfDef", "cluster", "team-b") or {}).get("status") or {}
+            return status if status.get("failures") and (status.get("summary") or {}).get("applied") == 1 else None
+        status = wait_for(refused, timeout=120, what="the cluster-scoped object refused")
+        assert [f["object"] for f in status["failures"]] == ["ClusterRole.rbac.authorization.k8s.io team-b-reader"]
+        assert "outside this operator's scope" in status["failures"][0]["message"]
+        assert admin.exists("v1", "ConfigMap", "settings", "team-b")
+        assert not admin.exists("rbac.authorization.k8s.io/v1", "ClusterRole", "team-b-reader")
+        assert not (admin.get(KFDEF_API, "KfDef", "ignored", "elsewhere") or {}).get("status")
+        assert not admin.exists("apps/v1", "Deployment", "app", "elsewhere")
+        lease = admin.get("coordination.k8s.io/v1", "Lease", LEASE_NAME, "team-a")
+        assert lease["spec"]["holderIdentity"]
+        assert "forbidden" not in process.log_tail(10_000).lower(), process.log_tail(40)
+
+        for name, namespace in (("apps", "team-a"), ("cluster", "team-b")):
+            admin.delete(KFDEF_API, "KfDef", name, namespace)
+            admin.wait_gone(KFDEF_API, "KfDef", name, namespace, timeout=120)
+    finally:
+        process.stop()
+        admin.delete(KFDEF_API, "KfDef", "ignored", "elsewhere")

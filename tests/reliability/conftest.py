@@ -78,6 +78,7 @@ GROUPS = {  # module -> (order, heading in the report)
     "test_isolation": (10, "Isolation: slow sources, liveness, disk"),
     "test_tenancy": (11, "Security: a KfDef acts as a ServiceAccount of its namespace, never as the operator"),
     "test_destructive_actions": (12, "Security: never destroy what the stack did not create"),
+    "test_high_availability": (13, "Replicas and shards: leader killed, rolling update, one shard per KfDef"),
 }
 
 

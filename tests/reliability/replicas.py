@@ -1,0 +1,147 @@
+"""Operator replicas on their own control plane, and the API server's audit log of what each one wrote.
+
+Each replica runs as its own group-less token user (bound to cluster-admin: RBAC is proven elsewhere), so the
+audit log, the server's own record, says which replica sent every write. Leader election uses short timings
+(lease 4 s, renew deadline 3 s, retry 1 s) to keep the scenarios quick; the rules are those of the defaults.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kfdef_dev.controlplane import ControlPlane
+from tests.kube import Kube, wait_for
+from tests.operator_process import OperatorProcess
+from tests.reliability.support import OPERATOR_ENV
+
+LEASE_NAMESPACE = "kfdef-operator-system"
+LEASE_DURATION_S = 4.0
+ELECTION_ARGS = ("--enable-leader-election", "--leader-election-namespace", LEASE_NAMESPACE,
+                 "--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s",
+                 "--leader-election-retry-period", "1s")
+REPLICA_USERS = tuple(f"replica-{n}" for n in range(10))
+WRITES = frozenset({"create", "update", "patch", "delete"})
+
+
+def replica_plane() -> ControlPlane:
+    """A control plane with an audit log and a token user per replica (each a cluster-admin)."""
+    plane = ControlPlane(audit=True, users=REPLICA_USERS)
+    plane.start()
+    try:
+        for user in REPLICA_USERS:
+            plane.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{user}-admin"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+        plane.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": LEASE_NAMESPACE}})
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+class Replicas:
+    """Starts replicas, each under the next unused user; every one started is stopped at the end."""
+
+    def __init__(self, plane: ControlPlane, work_dir: Path) -> None:
+        self.plane = plane
+        self.work_dir = work_dir
+        self._users: Iterator[str] = iter(REPLICA_USERS)
+        self.started: list[OperatorProcess] = []
+
+    def start(self, *extra_args: str, election: bool = True) -> OperatorProcess:
+        user = next(self._users)
+        process = OperatorProcess(self.plane.kubeconfig_for(user), self.work_dir / user,
+                                  extra_args=(*(ELECTION_ARGS if election else ()), *extra_args),
+                                  env={**OPERATOR_ENV, "POD_NAME": user})
+        process.user = user  # type: ignore[attr-defined]
+        process.start()
+        self.started.append(process)
+        return process
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            process.stop()
+
+
+def holder(kube: Kube, lease: str = "kfdef-operator-leader-election") -> str:
+    """The replica (user) holding the lease, '' when none does."""
+    spec = (kube.get("coordination.k8s.io/v1", "Lease", lease, LEASE_NAMESPACE) or {}).get("spec") or {}
+    return (spec.get("holderIdentity") or "").rsplit("_", 1)[0]
+
+
+def wait_leader(kube: Kube, user: str, *, lease: str = "kfdef-operator-leader-election", timeout: float = 30) -> None:
+    wait_for(lambda: holder(kube, lease) == user, timeout=timeout, what=f"{user} to hold the lease {lease}")
+
+
+# --- the audit log ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Write:
+    """One write request as kube-apiserver recorded it."""
+
+    user: str
+    verb: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    code: int
+    at: float            # requestReceivedTimestamp, seconds since the epoch
+
+    @property
+    def created(self) -> bool:
+        return self.code == 201
+
+    @property
+    def succeeded(self) -> bool:
+        return 200 <= self.code < 300
+
+    def of_object(self, resource: str, namespace: str | None, name: str) -> bool:
+        return (self.resource, self.namespace, self.name, self.subresource) == (resource, namespace or "", name, "")
+
+
+def writes(plane: ControlPlane, users: Iterable[str], *, since: float = 0.0, leases: bool = False) -> list[Write]:
+    """Every write (dry runs excluded) the given users sent since ``since``: Lease updates only with ``leases``."""
+    users = set(users)
+    found = []
+    for event in plane.audit_events():
+        ref = event.get("objectRef") or {}
+        if (event["user"]["username"] not in users or event["verb"] not in WRITES
+                or (ref.get("resource") == "leases") != leases or "dryRun=" in event.get("requestURI", "")):
+            continue
+        at = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        if at < since:
+            continue
+        # The API server files a Namespace under itself (objectRef.namespace == its name).
+        namespace = "" if ref.get("resource") == "namespaces" else ref.get("namespace", "")
+        found.append(Write(event["user"]["username"], event["verb"], ref.get("resource", ""),
+                           ref.get("subresource", ""), namespace, ref.get("name", ""),
+                           int((event.get("responseStatus") or {}).get("code") or 0), at))
+    return found
+
+
+def plural(kind: str) -> str:
+    """The resource name of the kinds the test stacks hold (all form their plural with an 's')."""
+    return kind.lower() + "s"
+
+
+def stack_writes(all_writes: list[Write], idents: Iterable[tuple[str, str, str, str | None]], kfdef: str,
+                 kfdef_namespace: str) -> list[Write]:
+    """The writes made for one KfDef: to its objects, to the KfDef itself, and Events in its namespace."""
+    objects = {(plural(kind), namespace or "", name) for _, kind, name, namespace in idents}
+    return [w for w in all_writes
+            if (w.resource, w.namespace, w.name) in objects and not w.subresource
+            or w.resource == "kfdefs" and (w.namespace, w.name) == (kfdef_namespace, kfdef)
+            or w.resource == "events" and w.namespace == kfdef_namespace]
+
+
+def writers_in_turn(found: list[Write]) -> list[str]:
+    """The users in the order their writes arrived, consecutive repeats folded: [a, b] means a, then only b."""
+    return [user for user, _ in itertools.groupby(w.user for w in sorted(found, key=lambda w: w.at))]
