@@ -250,9 +250,8 @@ class LeaseElector:
         started = time.monotonic()
         now = micro_time()
         if self._is_leader and self._written is not None:
-            lease = self._written
-            self._written = None  # read it again next round if this write fails
-            return await self._write(lease, {"renewTime": now}, started)
+            written, self._written = self._written, None  # read it again next round if this write fails
+            return await self._write(written, {"renewTime": now}, started)
         lease = await self._kube.get(f"{self._path}/{self.config.name}")
         if lease is None:
             spec = {"holderIdentity": identity, "leaseDurationSeconds": round(self.config.lease_duration),
