@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .ha import markdown as replicas_and_shards
 from .report import HEADLINE_KEYS, _fmt
 
 JSON = dict[str, Any]
@@ -194,6 +195,7 @@ def render_markdown(results: JSON) -> str:
         f"gauge, operator up minus down): {results['idle.watches']['value']} "
         f"({', '.join(f'{k}: {v}' for k, v in results['idle.watches']['by_resource'].items())}).",
         "",
+        *replicas_and_shards(results),
         "## Growth with objects",
         "",
         *_sweep(results),

@@ -12,7 +12,8 @@ JSON = dict[str, Any]
 HEADLINE_KEYS = ("apply.operator_s", "apply.operator_ready_s", "apply.kubectl_ssa_s", "apply.floor_s", "render.s",
                  "noop.writes", "noop.s", "noop.restart_s", "noop.reconcile_s", "heal.p50_ms", "heal.p99_ms",
                  "heal.namespace_s", "heal.crd_s", "teardown.s", "idle.rss_mb", "idle.requests_per_min",
-                 "scale.kfdefs_s")
+                 "scale.kfdefs_s", "ha.failover_s", "ha.takeover_s", "ha.handover_s", "ha.handover_lease_s",
+                 "shards.fleet_s", "shards.single_s")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,12 @@ TARGETS = (
     Target("idle.requests_per_min == 0 beyond open watches", _value("idle.requests_per_min"), lambda r: 0.0),
     Target("scale: time per object at the largest size <= at the smallest (no worse than linear)",
            _per_object_growth, lambda r: 1.0, unit="x"),
+    Target("ha.failover_s <= lease duration + 2 s, every trial (issue 16)", lambda r: r["ha.failover_s"]["max"],
+           lambda r: r["ha.failover_s"]["lease_duration_s"] + 2.0, unit="s"),
+    Target("ha.handover_s < 2 s, every trial (issue 16)", lambda r: r["ha.handover_s"]["max"], lambda r: 2.0,
+           strict=True, unit="s"),
+    Target("shards: KfDefs not reconciled by exactly their own shard == 0 (issue 16)",
+           lambda r: r["shards.fleet_s"]["kfdefs"] - r["shards.fleet_s"]["served_by_its_shard"], lambda r: 0.0),
 )
 
 

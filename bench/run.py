@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as ``python bench/run.py``
 from kfdef_operator.ssa.client import KubeClient  # noqa: E402
 from tests.operator_process import OperatorProcess  # noqa: E402
 
-from . import baselines, heal, operator_runs, report, scale  # noqa: E402
+from . import baselines, ha, heal, operator_runs, report, scale  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import start_control_plane  # noqa: E402
 from .context import KFDEFS_PATH, Bench  # noqa: E402
@@ -162,6 +162,8 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
             for index in range(plan.rounds):
                 await _round(bench, plan, index, raw)
             await _scale(bench, plan, raw)
+            await asyncio.to_thread(operator.stop)  # replicas and shards bring their own operators
+            replicas_and_shards = await ha.run(bench, quick=plan.quick, scale=plan.scale)
             profile = None
             if plan.profile:
                 from . import profile_apply
@@ -177,6 +179,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
         await kube.close()
         await asyncio.to_thread(control_plane.stop)
     results = _results(plan, raw, raw["workloads"][0].total)
+    results.update(replicas_and_shards)
     results["profile"] = profile
     results["meta"] = {**environment, "duration_s": round(time.monotonic() - started, 1)}
     return results

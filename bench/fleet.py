@@ -1,0 +1,151 @@
+"""A fleet of small KfDefs served by shards: three operators, each owning a third by label, versus one operator.
+
+Every KfDef deploys the same 20-object package (a ServiceAccount, a Role and its RoleBinding, a headless
+Service, 2 Secrets, 14 ConfigMaps and the package's parameters ConfigMap) into a namespace of its own (the
+``namespace`` parameter), so objects never collide. KfDefs are labelled round-robin for the default shard
+(no label), ``shard1`` and ``shard2``; each shard is ``kfdef-operator run`` with leader election on its own
+Lease and its ``--watch-label-selector``.
+
+Figures: seconds from the last create call returning until every KfDef is Ready (on the watch of KfDefs), then
+until every one is gone after deletion; and which operator reconciled which KfDef, read from each operator's
+own ``kfdef_condition`` gauges (an operator exports a KfDef's conditions once it wrote its status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from kfdef_operator.api.names import SHARD_LABEL
+from tests.reliability.support import tarball
+from tests.stacks import write_package
+
+from .cluster import KFDEF_NAMESPACE
+from .context import KFDEFS_PATH, Bench, is_ready
+from .replicas import ReplicaSet
+
+SHARDS = (("default", f"!{SHARD_LABEL}"), ("shard1", f"{SHARD_LABEL}=shard1"), ("shard2", f"{SHARD_LABEL}=shard2"))
+OBJECTS_PER_KFDEF = 20
+
+
+def _package(suffix: str) -> list[dict]:
+    """19 namespaced objects without a namespace (the KfDef's parameter sets it); the 20th is params.env's."""
+    def named(kind: str, api_version: str, name: str, **body: object) -> dict:
+        return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **body}
+
+    return [named("ServiceAccount", "v1", "app"),
+            named("Role", "rbac.authorization.k8s.io/v1", "app",
+                  rules=[{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]),
+            named("RoleBinding", "rbac.authorization.k8s.io/v1", "app",
+                  roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "app"},
+                  subjects=[{"kind": "ServiceAccount", "name": "app"}]),
+            named("Service", "v1", "app", spec={"clusterIP": "None", "selector": {"app": "app"},
+                                               "ports": [{"port": 80}]}),
+            *(named("Secret", "v1", f"secret-{n}", stringData={"token": f"{suffix}-{n}"}) for n in range(2)),
+            *(named("ConfigMap", "v1", f"config-{n}", data={"value": f"{suffix}-{n}"}) for n in range(14))]
+
+
+class Fleet:
+    """``count`` KfDefs of the package (their namespaces created first), assigned round-robin to the shards."""
+
+    def __init__(self, bench: Bench, count: int) -> None:
+        self.bench = bench
+        self.suffix = uuid.uuid4().hex[:6]
+        self.names = [f"fleet-{self.suffix}-{n}" for n in range(count)]
+        root = bench.work_dir / "fleet" / self.suffix
+        write_package(root, "app", _package(self.suffix), params={"mode": "fleet"})
+        archive = bench.archives.directory / f"fleet-{self.suffix}.tar.gz"
+        archive.write_bytes(tarball(root))
+        self.uri = bench.archives.url(archive)
+
+    def shard_of(self, name: str) -> str:
+        return SHARDS[self.names.index(name) % len(SHARDS)][0]
+
+    def kfdef(self, name: str) -> dict:
+        shard = self.shard_of(name)
+        return {"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
+                "metadata": {"name": name, "namespace": KFDEF_NAMESPACE,
+                             "labels": {SHARD_LABEL: shard} if shard != "default" else {}},
+                "spec": {"applications": [{"name": "app", "kustomizeConfig": {
+                    "repoRef": {"name": "manifests", "path": "app"},
+                    "parameters": [{"name": "namespace", "value": name}]}}],
+                         "repos": [{"name": "manifests", "uri": self.uri}]}}
+
+    async def _each(self, make) -> None:
+        for result in await self.bench.kube.gather_limited([make(name) for name in self.names], 16):
+            if isinstance(result, BaseException):
+                raise result
+
+    async def converge(self, *, timeout: float) -> float:
+        """Create every KfDef; seconds from the last create returning until every one is Ready."""
+        await self._each(lambda n: self.bench.kube.request("POST", "/api/v1/namespaces", body={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
+        mark = self.bench.kfdefs.mark()
+        await self._each(lambda n: self.bench.kube.request("POST", KFDEFS_PATH, body=self.kfdef(n)))
+        created = time.monotonic()
+        ready = await asyncio.gather(*(self.bench.wait_kfdef(n, is_ready, after=mark, timeout=timeout, what="Ready")
+                                       for n in self.names))
+        return max(a.at for a in ready) - created
+
+    async def remove(self, *, timeout: float) -> float:
+        """Delete every KfDef; seconds until every one is gone (its stack torn down); then their namespaces."""
+        mark = self.bench.kfdefs.mark()
+        started = time.monotonic()
+        await self._each(lambda n: self.bench.kube.request("DELETE", f"{KFDEFS_PATH}/{n}"))
+        gone = await asyncio.gather(*(self.bench.kfdefs.wait_for(
+            lambda a, n=n: a.name == n and a.type == "DELETED", after=mark, timeout=timeout, what=f"{n} gone")
+            for n in self.names))
+        await self._each(lambda n: self.bench.kube.request("DELETE", f"/api/v1/namespaces/{n}"))
+        return max(a.at for a in gone) - started
+
+
+def reconciled(metrics: dict[str, float]) -> set[str]:
+    """The KfDefs in the bench namespace whose status this operator wrote (its ``kfdef_condition`` gauges)."""
+    prefix = 'kfdef_condition{name="'
+    return {key[len(prefix):].split('"', 1)[0] for key in metrics
+            if key.startswith(prefix) and f'namespace="{KFDEF_NAMESPACE}"' in key and 'type="Ready"' in key}
+
+
+async def shards(bench: Bench, per_shard: int, *, timeout: float = 1800) -> dict:
+    """The fleet served by three shards (one leading replica each)."""
+    fleet = Fleet(bench, per_shard * len(SHARDS))
+    operators = [ReplicaSet(bench, f"shard-{name}", ("--watch-label-selector", selector, "--shard", name))
+                 for name, selector in SHARDS]
+    processes = await asyncio.gather(*(replicas.start() for replicas in operators))
+    try:
+        converged_s = await fleet.converge(timeout=timeout)
+        served = {name: reconciled(await asyncio.to_thread(process.metrics))
+                  for (name, _), process in zip(SHARDS, processes, strict=True)}
+        writes = {name: _writes(await asyncio.to_thread(process.metrics))
+                  for (name, _), process in zip(SHARDS, processes, strict=True)}
+        removed_s = await fleet.remove(timeout=timeout)
+    finally:
+        for replicas in operators:
+            await replicas.stop_all()
+    by_kfdef = {name: [shard for shard, names in served.items() if name in names] for name in fleet.names}
+    return {"kfdefs": len(fleet.names), "objects": len(fleet.names) * OBJECTS_PER_KFDEF, "converged_s": converged_s,
+            "removed_s": removed_s, "served_by_one": sum(len(s) == 1 for s in by_kfdef.values()),
+            "served_by_several": sum(len(s) > 1 for s in by_kfdef.values()),
+            "served_by_its_shard": sum(s == [fleet.shard_of(n)] for n, s in by_kfdef.items()),
+            "kfdefs_per_shard": {shard: len(names) for shard, names in served.items()}, "writes_per_shard": writes}
+
+
+async def single(bench: Bench, count: int, *, timeout: float = 1800) -> dict:
+    """The same fleet served by one operator (no shard, no election): the baseline."""
+    fleet = Fleet(bench, count)
+    replicas = ReplicaSet(bench, "unsharded")
+    process = await replicas.start()
+    try:
+        converged_s = await fleet.converge(timeout=timeout)
+        writes = _writes(await asyncio.to_thread(process.metrics))
+        removed_s = await fleet.remove(timeout=timeout)
+    finally:
+        await replicas.stop_all()
+    return {"kfdefs": count, "objects": count * OBJECTS_PER_KFDEF, "converged_s": converged_s,
+            "removed_s": removed_s, "writes": writes}
+
+
+def _writes(metrics: dict[str, float]) -> int:
+    return int(sum(value for key, value in metrics.items() if key.startswith("kfdef_api_requests_total{")
+                   and any(f'verb="{verb}"' in key for verb in ("POST", "PUT", "PATCH", "DELETE"))))
