@@ -7,15 +7,19 @@ Service, 2 Secrets, 14 ConfigMaps and the package's parameters ConfigMap) into a
 Lease and its ``--watch-label-selector``.
 
 Figures: seconds from the last create call returning until every KfDef is Ready (on the watch of KfDefs), then
-until every one is gone after deletion; and which operator reconciled which KfDef, read from each operator's
-own ``kfdef_condition`` gauges (an operator exports a KfDef's conditions once it wrote its status).
+until every one is gone after deletion; which operator reconciled which KfDef, read from each operator's own
+``kfdef_condition`` gauges (an operator exports a KfDef's conditions once it wrote its status); and the CPU
+seconds each process spent meanwhile (``/proc/<pid>/stat``, children such as kustomize included), which says
+where the machine's cores went.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
+from pathlib import Path
 
 from kfdef_operator.api.names import SHARD_LABEL
 from tests.reliability.support import tarball
@@ -25,6 +29,7 @@ from .cluster import KFDEF_NAMESPACE
 from .context import KFDEFS_PATH, Bench, is_ready
 from .replicas import ReplicaSet
 
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SHARDS = (("default", f"!{SHARD_LABEL}"), ("shard1", f"{SHARD_LABEL}=shard1"), ("shard2", f"{SHARD_LABEL}=shard2"))
 OBJECTS_PER_KFDEF = 20
 
@@ -100,6 +105,32 @@ class Fleet:
         return max(a.at for a in gone) - started
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds a process and its reaped children have used (user and system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds per group of processes between :meth:`start` and :meth:`stop`, and the wall time."""
+
+    def __init__(self, bench: Bench, operators: list[int]) -> None:
+        self._groups = {"operators": operators,
+                        **{name: [bench.control_plane.pid(name)] for name in CONTROL_PLANE}}
+
+    def _now(self) -> dict[str, float]:
+        return {group: sum(cpu_seconds(pid) for pid in pids) for group, pids in self._groups.items()}
+
+    def start(self) -> None:
+        self._started, self._first = time.monotonic(), self._now()
+
+    def stop(self) -> dict:
+        wall = time.monotonic() - self._started
+        used = {group: round(now - self._first[group], 1) for group, now in self._now().items()}
+        return {"wall_s": round(wall, 1), "cpu_s": used, "cores_used": round(sum(used.values()) / wall, 2),
+                "cores": os.cpu_count()}
+
+
 def reconciled(metrics: dict[str, float]) -> set[str]:
     """The KfDefs in the bench namespace whose status this operator wrote (its ``kfdef_condition`` gauges)."""
     prefix = 'kfdef_condition{name="'
@@ -113,8 +144,11 @@ async def shards(bench: Bench, per_shard: int, *, timeout: float = 1800) -> dict
     operators = [ReplicaSet(bench, f"shard-{name}", ("--watch-label-selector", selector, "--shard", name))
                  for name, selector in SHARDS]
     processes = await asyncio.gather(*(replicas.start() for replicas in operators))
+    meter = CpuMeter(bench, [p.popen.pid for p in processes])
     try:
+        meter.start()
         converged_s = await fleet.converge(timeout=timeout)
+        cpu = meter.stop()
         served = {name: reconciled(await asyncio.to_thread(process.metrics))
                   for (name, _), process in zip(SHARDS, processes, strict=True)}
         writes = {name: _writes(await asyncio.to_thread(process.metrics))
@@ -128,7 +162,8 @@ async def shards(bench: Bench, per_shard: int, *, timeout: float = 1800) -> dict
             "removed_s": removed_s, "served_by_one": sum(len(s) == 1 for s in by_kfdef.values()),
             "served_by_several": sum(len(s) > 1 for s in by_kfdef.values()),
             "served_by_its_shard": sum(s == [fleet.shard_of(n)] for n, s in by_kfdef.items()),
-            "kfdefs_per_shard": {shard: len(names) for shard, names in served.items()}, "writes_per_shard": writes}
+            "kfdefs_per_shard": {shard: len(names) for shard, names in served.items()}, "writes_per_shard": writes,
+            "cpu": cpu}
 
 
 async def single(bench: Bench, count: int, *, timeout: float = 1800) -> dict:
@@ -136,14 +171,17 @@ async def single(bench: Bench, count: int, *, timeout: float = 1800) -> dict:
     fleet = Fleet(bench, count)
     replicas = ReplicaSet(bench, "unsharded")
     process = await replicas.start()
+    meter = CpuMeter(bench, [process.popen.pid])
     try:
+        meter.start()
         converged_s = await fleet.converge(timeout=timeout)
+        cpu = meter.stop()
         writes = _writes(await asyncio.to_thread(process.metrics))
         removed_s = await fleet.remove(timeout=timeout)
     finally:
         await replicas.stop_all()
     return {"kfdefs": count, "objects": count * OBJECTS_PER_KFDEF, "converged_s": converged_s,
-            "removed_s": removed_s, "writes": writes}
+            "removed_s": removed_s, "writes": writes, "cpu": cpu}
 
 
 def _writes(metrics: dict[str, float]) -> int:

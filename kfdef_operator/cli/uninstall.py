@@ -35,6 +35,7 @@ KFDEFS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 #: What deploy/ installs besides the CRD, in deletion order: (API prefix, plural, kind, namespaced).
 INSTALLED_KINDS = (
     ("/apis/apps/v1", "deployments", "Deployment", True),
+    ("/apis/policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
     ("/api/v1", "services", "Service", True),
     ("/api/v1", "configmaps", "ConfigMap", True),
     ("/api/v1", "resourcequotas", "ResourceQuota", True),
