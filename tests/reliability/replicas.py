@@ -50,6 +50,7 @@ class Replicas:
     """Starts replicas, each under the next unused user; every one started is stopped at the end."""
 
     def __init__(self, plane: ControlPlane, work_dir: Path) -> None:
+        """``work_dir``: a directory of the test's ``tmp_path``, whose stacks the replicas may read."""
         self.plane = plane
         self.work_dir = work_dir
         self._users: Iterator[str] = iter(REPLICA_USERS)
@@ -59,7 +60,8 @@ class Replicas:
         user = next(self._users)
         process = OperatorProcess(self.plane.kubeconfig_for(user), self.work_dir / user,
                                   extra_args=(*(ELECTION_ARGS if election else ()), *extra_args),
-                                  env={**OPERATOR_ENV, "POD_NAME": user})
+                                  env={**OPERATOR_ENV, "POD_NAME": user},
+                                  local_source_roots=(self.work_dir.parent,))  # the test's tmp_path: its stacks
         process.user = user  # type: ignore[attr-defined]
         process.start()
         self.started.append(process)
