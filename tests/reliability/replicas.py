@@ -105,6 +105,11 @@ class Write:
     def succeeded(self) -> bool:
         return 200 <= self.code < 300
 
+    def landed(self, killed: str) -> bool:
+        """Whether the write took effect, as far as the log can tell: it succeeded, or the ``killed`` replica sent it
+        and died waiting (the server applied it but had nobody to answer: the log records a timeout, 504)."""
+        return self.succeeded or (self.user == killed and self.code == 504)
+
     def of_object(self, resource: str, namespace: str | None, name: str) -> bool:
         return (self.resource, self.namespace, self.name, self.subresource) == (resource, namespace or "", name, "")
 
