@@ -55,7 +55,7 @@ def explain_forbidden(identity: StackIdentity, error: KubeApiError) -> str:
     text = error.message
     if "cannot impersonate" in text:
         return ("the operator may not impersonate service accounts: grant its own ServiceAccount the verb "
-                "impersonate on serviceaccounts (deploy/rbac.yaml)")
+                "impersonate on serviceaccounts (deploy/rbac/cluster-roles.yaml)")
     if " cannot " not in text:  # e.g. a namespace being terminated, a webhook's denial
         return ""
     if identity.service_account:

@@ -69,7 +69,7 @@ def deployed(plane: ControlPlane, admin: Kube) -> dict:
 
 def pod_environment(admin: Kube, deployed: dict) -> dict[str, str]:
     """The operator container's environment as the kubelet builds it: the image's ENV, then the Deployment's
-    envFrom ConfigMaps (deploy/operator.env), whose values win even when empty."""
+    envFrom ConfigMaps (deploy/common/operator.env), whose values win even when empty."""
     _, _, env = image_layout()
     container = deployed["spec"]["template"]["spec"]["containers"][0]
     for source in container.get("envFrom") or []:
