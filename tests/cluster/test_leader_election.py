@@ -2,8 +2,8 @@
 
 Short timings (lease 3 s, renew deadline 2 s, retry 0.5 s) keep the test quick; the rules are the same as with
 client-go's defaults. The candidate ``a`` runs as the group-less ``kfdef-operator`` token user, bound to a Role
-that grants the Lease verbs of deploy/common/leader_election_rbac.yaml; revoking that binding is a real way for a leader to lose the
-ability to renew.
+that grants the Lease verbs of deploy/common/leader_election_rbac.yaml; revoking that binding is a real way for a
+leader to lose the ability to renew.
 """
 
 from __future__ import annotations
