@@ -14,6 +14,26 @@ from kfdef_dev.controlplane import ControlPlane
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+_FIRST_PROCESS = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failing test's report carries the log tails of the operators it ran (CI shows nothing else): those
+    still running (shared fixtures') and those the test started."""
+    from tests.operator_process import STARTED
+
+    report = yield
+    if report.when == "setup":
+        item.stash[_FIRST_PROCESS] = len(STARTED)
+    elif report.when == "call" and report.failed:
+        first = item.stash.get(_FIRST_PROCESS, len(STARTED))
+        for index, process in enumerate(STARTED):
+            if index >= first or process.popen is not None:
+                report.sections.append((f"operator log {process.log_path}", process.log_tail(80)))
+    return report
+
+
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """The embedded control plane: etcd, kube-apiserver, KCM, scheduler and kwok on 127.0.0.1."""

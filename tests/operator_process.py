@@ -25,3 +25,8 @@ class OperatorProcess(_OperatorProcess):
                          env={"KFDEF_ALLOW_INSECURE_HTTP": "1", "KFDEF_ALLOWED_SOURCE_NETWORKS": "127.0.0.0/8",
                               "KFDEF_LOCAL_SOURCE_ROOTS": os.pathsep.join(str(r) for r in roots), **(env or {})},
                          wrapper=wrapper)
+        STARTED.append(self)
+
+
+#: Every operator process a test created, so that a failing test's report shows their logs (tests/conftest.py).
+STARTED: list[OperatorProcess] = []

@@ -605,7 +605,7 @@ class Reconciler:
         a KfDef deleted with ``--cascade=orphan`` (Kubernetes' own ``orphan`` finalizer, which also makes the
         garbage collector drop the ownerReferences) is let go without touching its objects, and so is one whose
         ServiceAccount is gone (nothing may be deleted with another identity; deleting a namespace removes its
-        ServiceAccounts and KfDefs together). A suspended KfDef is torn down like any other: deleting it is its
+        ServiceAccounts and KfDefs together), though the garbage collector still deletes its dependents. A suspended KfDef is torn down like any other: deleting it is its
         owner's explicit request.
         """
         writer = self.writers[stack.key]
@@ -646,7 +646,7 @@ class Reconciler:
         return None
 
     async def _teardown_identity(self, stack: Stack, body: JSON) -> StackIdentity | None:
-        """Who deletes the stack; None when its ServiceAccount is gone (its objects are then left in place)."""
+        """Who deletes the stack; None when its ServiceAccount is gone (the operator then deletes nothing)."""
         try:
             identity = self.identities.of(stack.owner.namespace, service_account_name(body))
         except InvalidKfDef as error:
@@ -656,9 +656,19 @@ class Reconciler:
         missing = await self.identities.unavailable(identity)
         if missing is None:
             return identity
-        left = cond.list_objects(map(str, stack.inventory))
-        await self.events.record(stack.owner, "Warning", "Orphaned",
-                                 f"{missing}, so its objects cannot be deleted as it; left in place: {left}")
+        namespace = stack.owner.namespace
+        here = [str(ref) for ref in stack.inventory if ref.namespace == namespace]
+        elsewhere = [str(ref) for ref in stack.inventory if ref.namespace != namespace]
+        # The operator deletes nothing, but those it created in the KfDef's namespace name the KfDef in their
+        # ownerReferences: Kubernetes' garbage collector deletes them with it (adopted ones have no such
+        # reference and stay). Said as it happens, so that nobody is told they were kept.
+        message = f"{missing}, so the operator deletes none of its objects"
+        if here:
+            message += (f"; in {namespace}, the garbage collector deletes those the stack created (they name the "
+                        f"KfDef as owner) and keeps adopted ones: {cond.list_objects(here)}")
+        if elsewhere:
+            message += f"; left in place: {cond.list_objects(elsewhere)}"
+        await self.events.record(stack.owner, "Warning", "Orphaned", message)
         stack.inventory.clear()
         return None
 

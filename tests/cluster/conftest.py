@@ -81,10 +81,16 @@ def wait_ready(kube: Kube, name: str, namespace: str, timeout: float = 120) -> d
 
 def wait_condition_reason(kube: Kube, name: str, namespace: str, type_: str, status: str, reason: str | None = None,
                           timeout: float = 120) -> dict:
+    last: list[dict] = []
+
     def check():
         obj = kube.get(KFDEF_API, "KfDef", name, namespace)
+        last[:] = (obj or {}).get("status", {}).get("conditions") or []
         cond = kube.condition(obj, type_)
         if cond and cond["status"] == status and (reason is None or cond.get("reason") == reason):
             return obj
         return None
-    return wait_for(check, timeout=timeout, what=f"KfDef {namespace}/{name} {type_}={status} ({reason})")
+    try:
+        return wait_for(check, timeout=timeout, what=f"KfDef {namespace}/{name} {type_}={status} ({reason})")
+    except AssertionError as error:  # say where it stood instead
+        raise AssertionError(f"{error}; its last conditions: {last}") from None

@@ -278,13 +278,22 @@ def test_a_kfdef_acts_only_as_an_existing_service_account_of_its_own_namespace(p
         assert admin.exists("v1", "ConfigMap", "innocent", TENANT)
 
         # The ServiceAccount goes before the KfDef (as when a namespace is deleted): nothing may be deleted as
-        # anyone else, so the stack is left in place and the KfDef let go (Flux does the same).
+        # anyone else, so the operator deletes nothing and lets the KfDef go (Flux does the same); what the stack
+        # created in its namespace names the KfDef as owner, so Kubernetes' garbage collector takes it, as the
+        # event says.
         admin.delete("v1", "ServiceAccount", "deployer", TENANT)
         delete_kfdefs(admin)
-        assert admin.exists("v1", "ConfigMap", "innocent", TENANT), "deleted with another identity"
-        orphaned = [e.message for e in admin.core.list_namespaced_event(TENANT).items if e.reason == "Orphaned"]
-        assert any("tenant-a/deployer" in m and "ConfigMap" in m for m in orphaned), orphaned
+        def events(reason: str) -> list[str]:
+            return [e.message for e in admin.core.list_namespaced_event(
+                TENANT, field_selector="involvedObject.name=missing").items if e.reason == reason]
+
+        orphaned = wait_for(lambda: events("Orphaned"), timeout=30, what="the Orphaned event")
+        assert any("tenant-a/deployer" in m and "garbage collector" in m and "ConfigMap tenant-a/innocent" in m
+                   for m in orphaned), orphaned
+        assert not events("Deleted"), "deleted as another identity"
+        wait_for(lambda: not admin.exists("v1", "ConfigMap", "innocent", TENANT), timeout=60,
+                 what="the garbage collector deleting the KfDef's dependent")
     finally:
         process.stop()
     reliability.figure("refusals", "ServiceAccountNotFound (missing; the operator's name), InvalidSpec (elsewhere)")
-    reliability.figure("ServiceAccount gone at teardown", "objects left in place, Orphaned event")
+    reliability.figure("ServiceAccount gone at teardown", "nothing deleted by the operator; dependents left to the garbage collector, Orphaned event")
