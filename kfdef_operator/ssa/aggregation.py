@@ -22,7 +22,7 @@ go, it has forgotten that role already.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from kfdef_operator.api.types import JSON
 
