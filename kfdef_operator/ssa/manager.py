@@ -481,14 +481,21 @@ class ResourceManager:
         return [answers[ref] for ref, _ in wave]
 
     async def _aggregated_first(self, wave: list[tuple[ObjectRef, str]]) -> list[tuple[ObjectRef, str]]:
-        """The wave's aggregated ClusterRoles in deletion order, from one listing of the live ClusterRoles."""
+        """The wave's aggregated ClusterRoles in deletion order, read from one listing of the live ClusterRoles
+        (each read alone by an identity that may not list them; one it may not read is left to its removal)."""
         roles = {ref.name: (ref, version) for ref, version in wave
                  if ref.group == aggregation.RBAC_GROUP and ref.kind == "ClusterRole"}
         if not roles:
             return []
         resource = await self.discovery.resource_for_ref(*next(iter(roles.values())))
-        listing = await self.kube.request("GET", resource.collection_path())
-        live = [item for item in listing.get("items") or [] if (item.get("metadata") or {}).get("name") in roles]
+        try:
+            listing = await self.kube.request("GET", resource.collection_path())
+            live = [item for item in listing.get("items") or [] if (item.get("metadata") or {}).get("name") in roles]
+        except KubeApiError as error:
+            if error.status != 403:
+                raise
+            read = await self._gather([self.kube.get(resource.path_of(ref)) for ref, _ in roles.values()])
+            live = [item for item in read if isinstance(item, dict)]
         for item in live:  # list items carry no apiVersion/kind
             item.update(apiVersion=resource.api_version, kind=resource.kind)
         return [roles[name] for name in aggregation.deletion_order(live)]

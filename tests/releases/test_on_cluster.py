@@ -142,7 +142,9 @@ def run(request, release_trees, tmp_path_factory) -> Iterator[Run]:
                  and kube.exists("v1", "ServiceAccount", "default", NAMESPACE), what="the namespace's defaults")
         before = Snapshot.take(kube)
         volumes = simulated_storage(kube)
-        operator = OperatorProcess(plane.kubeconfig, tmp_path_factory.mktemp(f"operator-{name}"))
+        # Local sources: the release archives, and the tree with the wrappers in the test's temporary directory.
+        operator = OperatorProcess(plane.kubeconfig, tmp_path_factory.mktemp(f"operator-{name}"),
+                                   local_source_roots=(tmp_path_factory.getbasetemp(), STACKS))
         operator.start()
         current = Run(name, release, kube, operator, kfdef, wrapped, excluded, desired, before,
                       {"objects expected": release.objects, "excluded for Ready": len(excluded),
