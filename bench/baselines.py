@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -28,7 +29,7 @@ import yaml
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 
-from .context import Bench, run_selector
+from .context import Bench
 from .workload import Workload
 
 JSON = dict[str, Any]
@@ -40,10 +41,15 @@ _CLUSTER_KINDS_WAITED = ("Namespace", "CustomResourceDefinition")
 
 def render(bench: Bench, workload: Workload, uri: str) -> tuple[Path, float]:
     """``kfdef-operator build`` of the workload's KfDef into ``rendered.yaml``; returns it and the seconds taken."""
-    directory = bench.work_dir / "rendered" / workload.suffix
+    return build(bench, workload.kfdef(f"stack-{workload.suffix}", "bench", uri),
+                 bench.work_dir / "rendered" / workload.suffix)
+
+
+def build(bench: Bench, kfdef: JSON, directory: Path) -> tuple[Path, float]:
+    """``kfdef-operator build`` of a KfDef into ``<directory>/rendered.yaml``; returns it and the seconds taken."""
     directory.mkdir(parents=True, exist_ok=True)
     kfdef_file = directory / "kfdef.yaml"
-    kfdef_file.write_text(yaml.safe_dump(workload.kfdef(f"stack-{workload.suffix}", "bench", uri)))
+    kfdef_file.write_text(yaml.safe_dump(kfdef))
     output = directory / "rendered.yaml"
     started = time.monotonic()
     with output.open("wb") as out:
@@ -68,13 +74,14 @@ async def _kubectl(bench: Bench, *args: str) -> tuple[int, float, str]:
     return process.returncode, time.monotonic() - started, stderr.decode(errors="replace")[-600:]
 
 
-async def kubectl_apply(bench: Bench, workload: Workload, rendered: Path) -> dict:
-    """Apply, wait for the CRDs, apply again; seconds per step and in total."""
+async def kubectl_apply(bench: Bench, rendered: Path, crds: Sequence[str]) -> dict:
+    """Apply, wait for the CRDs (``kubectl wait`` arguments naming them), apply again; seconds per step and in
+    total."""
     apply = ("apply", "--server-side", "--force-conflicts", "-f", str(rendered))
     started = time.monotonic()
     first_code, first_s, first_err = await _kubectl(bench, *apply)
     wait_code, wait_s, wait_err = await _kubectl(bench, "wait", "--for", "condition=established", "--timeout=300s",
-                                                 "crd", "-l", run_selector(workload))
+                                                 *crds)
     second_code, second_s, second_err = await _kubectl(bench, *apply)
     total = time.monotonic() - started
     if wait_code or second_code:
@@ -83,7 +90,7 @@ async def kubectl_apply(bench: Bench, workload: Workload, rendered: Path) -> dic
             "second_apply_s": second_s, "first_apply_errors": first_err.count("\n")}
 
 
-async def _paths(kube: KubeClient, objects: list[JSON]) -> list[tuple[JSON, str, bool]]:
+async def paths(kube: KubeClient, objects: list[JSON]) -> list[tuple[JSON, str, bool]]:
     """(object, object path, namespaced) per object; kinds of the stack's CRDs registered from the CRDs."""
     discovery = Discovery(kube)
     await discovery.refresh()
@@ -100,7 +107,7 @@ async def _paths(kube: KubeClient, objects: list[JSON]) -> list[tuple[JSON, str,
 
 async def floor_apply(bench: Bench, objects: list[JSON], *, timeout: float = 300) -> float:
     """Seconds to server-side apply every object concurrently, retrying those the server cannot take yet."""
-    targets = await _paths(bench.kube, objects)
+    targets = await paths(bench.kube, objects)
 
     async def apply(obj: JSON, path: str) -> None:
         deadline = time.monotonic() + timeout
@@ -125,7 +132,7 @@ async def floor_apply(bench: Bench, objects: list[JSON], *, timeout: float = 300
 async def delete_applied(bench: Bench, objects: list[JSON], *, timeout: float = 300) -> float:
     """Delete the cluster-scoped objects (namespaces and CRDs take their contents along) and wait until
     Namespaces and CRDs are gone; returns the seconds taken."""
-    targets = [(obj, path) for obj, path, namespaced in await _paths(bench.kube, objects) if not namespaced]
+    targets = [(obj, path) for obj, path, namespaced in await paths(bench.kube, objects) if not namespaced]
     started = time.monotonic()
 
     async def delete(path: str) -> None:

@@ -66,6 +66,25 @@ def _sweep(results: JSON) -> list[str]:
     return _table(["workload", "objects", "seconds (median)", "objects/s", "ms per object"], rows)
 
 
+def _release(results: JSON) -> list[str]:
+    """The real release (bench/release.py): the three paths on the same objects."""
+    operator = results.get("release.apply.operator_s")
+    if not operator:
+        return ["(not run)"]
+    rows = [[f"`{key}`", _fmt(results[key]["median"]), _fmt(results[key]["min"]), _fmt(results[key]["max"]),
+             str(results[key]["n"])]
+            for key in ("release.apply.operator_s", "release.apply.operator_ready_s", "release.apply.kubectl_ssa_s",
+                        "release.apply.floor_s", "release.render.s", "release.teardown.s")]
+    r = results["ratios"]
+    return [f"Kubeflow {operator['release']} (`example/`, plain mode), {operator['objects']} objects: the release "
+            f"without its {operator['left_out']} fail-closed webhook configurations (nothing can serve them here) and "
+            "with its example Profile named as the kustomize it pins does (`bench/release.py`). Same meaning of each "
+            "figure as above; the operator's figure includes fetching the tarball and rendering.", "",
+            *_table(["figure", "median s", "min", "max", "n"], rows), "",
+            f"Ratios of medians: operator / kubectl = **{r['release operator/kubectl']:.2f}**, operator / floor = "
+            f"**{r['release operator/floor']:.2f}**, kubectl / floor = {r['release kubectl/floor']:.2f}."]
+
+
 def _profile(profile: JSON | None) -> list[str]:
     if not profile:
         return ["(not run)"]
@@ -80,7 +99,7 @@ def _profile(profile: JSON | None) -> list[str]:
     def verbs(entry: JSON) -> str:
         return ", ".join(f"{n} {verb}" for verb, n in sorted(entry["requests_by_verb"].items()))
 
-    return [f"`reconciler.Operator` in-process on {profile['objects']} objects (`bench/profile_apply.py`): the first "
+    return [f"`Reconciler` in-process on {profile['objects']} objects (`bench/profile_apply.py`): the first "
             f"apply took {_fmt(apply['reconcile_wall_s'])} s wall ({verbs(apply)}; stages "
             f"{', '.join(_fmt(s) for s in apply['stage_s'])} s), the no-op reconcile of a freshly started operator "
             f"{_fmt(noop['reconcile_wall_s'])} s ({verbs(noop)}). Steps overlap with nothing unless said; the apply "
@@ -159,6 +178,10 @@ def render_markdown(results: JSON) -> str:
         f"Ratios of medians: operator / kubectl = **{r['operator/kubectl']:.2f}**, operator / floor = "
         f"**{r['operator/floor']:.2f}**, operator Ready / kubectl = {r['operator_ready/kubectl']:.2f}, "
         f"kubectl / floor = {r['kubectl/floor']:.2f}, no-op / apply = {r['noop/apply']:.2f}.",
+        "",
+        "## A real release",
+        "",
+        *_release(results),
         "",
         "## Targets",
         "",

@@ -1,4 +1,4 @@
-"""Profile of the operator's apply path: ``reconciler.Operator`` driven in-process under pyinstrument.
+"""Profile of the operator's apply path: ``controller.reconciler.Reconciler`` driven in-process under pyinstrument.
 
 Two reconciles of one fresh KfDef, each by a newly started operator: the
 first applies everything, the second is the no-op after a restart. The
@@ -15,12 +15,15 @@ import asyncio
 import functools
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pyinstrument import Profiler
 
+from kfdef_operator.api.types import JSON
 from kfdef_operator.controller import reconciler
+from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.ssa.client import KubeClient
@@ -57,36 +60,49 @@ STEP_LABELS = ("fetch sources", "render (kustomize)", "API-version upgrade check
                "status writes", "events")
 
 
-def _instrument(operator: reconciler.Operator, timings: Timings) -> Callable[[], None]:
-    """Time the pipeline's steps (labels: :data:`STEP_LABELS`); returns a function undoing the module-level
-    wrappers."""
-    originals = {name: getattr(reconciler, name) for name in ("resolve_sources", "upgrade_objects")}
+def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[], None]:
+    """Time the pipeline's steps (labels: :data:`STEP_LABELS`); returns a function undoing the module- and
+    class-level wrappers."""
+    originals = [(reconciler, name, getattr(reconciler, name)) for name in ("resolve_sources", "upgrade_objects")]
+    originals.append((StatusWriter, "update", StatusWriter.update))
     fetch, render, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
     _timed(reconciler, "resolve_sources", fetch, timings)
     _timed(operator.render_cache, "_renderer", render, timings)  # only runs on a render-cache miss
     _timed(reconciler, "upgrade_objects", upgrade, timings)
     _timed(operator.tracker, "watch", watches, timings)
-    _timed(operator.engine, "apply_stage", stages, timings)
-    _timed(operator.engine, "_prefetch", prefetch, timings)
-    _timed(operator.engine, "_settle_crds", crds, timings)
-    _timed(operator, "write_status", status, timings)
+    _timed(operator.manager, "apply_stage", stages, timings)
+    _timed(operator.manager, "lookup", prefetch, timings)
+    _timed(operator.manager, "_settle_crds", crds, timings)
+    _timed(StatusWriter, "update", status, timings)  # one writer per KfDef, made during the reconcile
     _timed(operator.events, "record", events, timings)
 
     def undo() -> None:
-        for name, original in originals.items():
-            setattr(reconciler, name, original)
+        for owner, name, original in originals:
+            setattr(owner, name, original)
 
     return undo
+
+
+def _reconciler(kube: KubeClient, bench: Bench) -> reconciler.Reconciler:
+    """An in-process operator whose work queue never runs by itself: the profile drives each run."""
+    # The bench serves its archives over plain http on loopback.
+    loopback = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "bench"))
+    settings = reconciler.Settings(work_dir=bench.work_dir / "profile-operator",
+                                   fetch_options=FetchOptions.from_env(allow_insecure_http=True, networks=loopback))
+    return reconciler.Reconciler(kube, settings, gate=asyncio.Event())
+
+
+async def _run_once(operator: reconciler.Reconciler, body: JSON) -> None:
+    """One run of the operator's work for this KfDef (reconcile, or teardown when it is being deleted)."""
+    operator.observe("MODIFIED", body)
+    await operator._work((body["metadata"]["namespace"], body["metadata"]["name"]))  # noqa: SLF001
 
 
 async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
     """One reconcile of the KfDef at ``kfdef_path`` by a freshly started in-process operator (as after a
     restart), under pyinstrument (text written to ``output``) and with its steps timed."""
     kube = await KubeClient.connect(str(bench.control_plane.kubeconfig))
-    # The bench serves its archives over plain http on loopback.
-    loopback = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "bench"))
-    operator = reconciler.Operator(kube, work_dir=bench.work_dir / "profile-operator",
-                                   fetch_options=FetchOptions.from_env(allow_insecure_http=True, networks=loopback))
+    operator = _reconciler(kube, bench)
     timings: Timings = defaultdict(list)
     undo = _instrument(operator, timings)
     try:
@@ -96,7 +112,7 @@ async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
         started = time.monotonic()
         profiler.start()
         try:
-            await operator.reconcile(body)
+            await _run_once(operator, body)
         finally:
             profiler.stop()
         wall = time.monotonic() - started
@@ -113,13 +129,13 @@ async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
 
 
 async def _teardown(bench: Bench, kfdef_path: str) -> None:
-    """Delete what the profiled reconciles applied (the KfDef has no finalizer: no operator process ran)."""
+    """Delete the KfDef and tear its stack down in-process (no operator process runs to remove the finalizer)."""
     kube = await KubeClient.connect(str(bench.control_plane.kubeconfig))
-    operator = reconciler.Operator(kube, work_dir=bench.work_dir / "profile-operator")
+    operator = _reconciler(kube, bench)
     try:
         await operator.start()
-        await operator.teardown(await bench.kube.request("GET", kfdef_path))
         await bench.kube.request("DELETE", kfdef_path)
+        await _run_once(operator, await bench.kube.request("GET", kfdef_path))
     finally:
         await operator.stop()
         await kube.close()

@@ -103,7 +103,18 @@ def ratios(results: JSON) -> JSON:
             "operator/floor": operator / results["apply.floor_s"]["value"],
             "operator_ready/kubectl": results["apply.operator_ready_s"]["value"] / results["apply.kubectl_ssa_s"]["value"],
             "kubectl/floor": results["apply.kubectl_ssa_s"]["value"] / results["apply.floor_s"]["value"],
-            "noop/apply": results["noop.s"]["value"] / operator}
+            "noop/apply": results["noop.s"]["value"] / operator,
+            **release_ratios(results)}
+
+
+def release_ratios(results: JSON) -> JSON:
+    """The same ratios for the real release (``bench/release.py``), when it ran."""
+    if "release.apply.operator_s" not in results:
+        return {}
+    operator, kubectl = results["release.apply.operator_s"]["value"], results["release.apply.kubectl_ssa_s"]["value"]
+    floor = results["release.apply.floor_s"]["value"]
+    return {"release operator/kubectl": operator / kubectl, "release operator/floor": operator / floor,
+            "release kubectl/floor": kubectl / floor}
 
 
 def write(results: JSON, out: Path, docs: Path) -> None:

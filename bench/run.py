@@ -26,10 +26,10 @@ if __package__ in (None, ""):  # run as ``python bench/run.py``
 from kfdef_operator.ssa.client import KubeClient  # noqa: E402
 from tests.operator_process import OperatorProcess  # noqa: E402
 
-from . import baselines, ha, heal, operator_runs, report, scale  # noqa: E402
+from . import baselines, ha, heal, operator_runs, release, report, scale  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import start_control_plane  # noqa: E402
-from .context import KFDEFS_PATH, Bench  # noqa: E402
+from .context import KFDEFS_PATH, Bench, run_selector  # noqa: E402
 from .environment import describe  # noqa: E402
 from .stats import percentile, summary  # noqa: E402
 from .streams import EventStream  # noqa: E402
@@ -53,12 +53,13 @@ class Plan:
     sweep: tuple[float, ...]    # extra workload sizes (the default size comes from the apply rounds)
     profile: bool
     quick: bool
+    release_rounds: int         # rounds of the real release (bench/release.py), each path once per round
 
 
 FULL = Plan(rounds=3, scale=1.0, heal_trials=50, cascade_trials=3, idle_window_s=60, idle_settle_s=10,
-            many_kfdefs=20, many_rounds=3, sweep=(2.0, 5.0), profile=True, quick=False)
+            many_kfdefs=20, many_rounds=3, sweep=(2.0, 5.0), profile=True, quick=False, release_rounds=2)
 QUICK = Plan(rounds=2, scale=0.25, heal_trials=10, cascade_trials=1, idle_window_s=15, idle_settle_s=3,
-             many_kfdefs=5, many_rounds=1, sweep=(0.5,), profile=True, quick=True)
+             many_kfdefs=5, many_rounds=1, sweep=(0.5,), profile=True, quick=True, release_rounds=1)
 
 
 async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> None:
@@ -90,10 +91,24 @@ async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> 
         objects = baselines.load(rendered)
         log.info("round %d: %s apply of %d objects", index + 1, path, len(objects))
         if path == "kubectl":
-            raw["kubectl"].append(await baselines.kubectl_apply(bench, workload, rendered))
+            crds = ("crd", "-l", run_selector(workload))
+            raw["kubectl"].append(await baselines.kubectl_apply(bench, rendered, crds))
         else:
             raw["apply.floor_s"].append(await baselines.floor_apply(bench, objects))
         await baselines.delete_applied(bench, objects)
+
+
+async def _release(bench: Bench, plan: Plan) -> dict:
+    """Rounds of the real release, each path in turn (operator, kubectl, floor); its results entries."""
+    prepared = await release.prepare(bench)
+    raw: dict[str, list] = {"operator": [], "kubectl": [], "floor": []}
+    for index in range(plan.release_rounds):
+        log.info("release round %d: operator, kubectl and floor apply of %d objects", index + 1,
+                 len(prepared.objects))
+        raw["operator"].append(await release.operator_round(bench, prepared))
+        raw["kubectl"].append(await release.kubectl_round(bench, prepared))
+        raw["floor"].append(await release.floor_round(bench, prepared))
+    return release.results(prepared, raw)
 
 
 async def _scale(bench: Bench, plan: Plan, raw: dict[str, list]) -> None:
@@ -161,6 +176,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
             bench = Bench(control_plane, kube, archives, work_dir, operator, kfdefs)
             for index in range(plan.rounds):
                 await _round(bench, plan, index, raw)
+            released = await _release(bench, plan)
             await _scale(bench, plan, raw)
             await asyncio.to_thread(operator.stop)  # replicas and shards bring their own operators
             replicas_and_shards = await ha.run(bench, quick=plan.quick, scale=plan.scale)
@@ -180,6 +196,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
         await asyncio.to_thread(control_plane.stop)
     results = _results(plan, raw, raw["workloads"][0].total)
     results.update(replicas_and_shards)
+    results.update(released)
     results["profile"] = profile
     results["meta"] = {**environment, "duration_s": round(time.monotonic() - started, 1)}
     return results

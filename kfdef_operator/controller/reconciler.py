@@ -62,6 +62,7 @@ from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef, version_of
 from kfdef_operator.ssa.live import LiveObject
 from kfdef_operator.ssa.manager import ApplyOptions, ResourceManager
+from kfdef_operator.ssa.webhooks import webhooks_of
 from kfdef_operator.upgrade.convert import UnservedApiVersions
 
 log = logging.getLogger(__name__)
@@ -460,6 +461,7 @@ class Reconciler:
         stack.application_of = desired.application_of
         stack.applications = [app.name for app in kfdef.applications]
         stack.run_once = {ref for ref, obj in desired.objects.items() if is_run_once(obj)}
+        stack.webhooks = webhooks_of(desired.objects.values())
         stack.rejected = desired.rejected
         stack.problems.pop("render", None)
         if desired.duplicates:

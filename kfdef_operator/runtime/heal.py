@@ -311,6 +311,7 @@ class Healer:
                 dry, _, _ = await manager.server_side_apply(ref, desired, resource, stack.owner.field_manager,
                                                             dry_run=True)
                 if comparable(dry) == comparable(live):
+                    log.debug("%s differs from the desired state only by the server's defaults (dry run)", ref)
                     self._in_sync[ref] = self._sync_key(live)
                     return None
             applied, _, _ = await manager.server_side_apply(ref, desired, resource, stack.owner.field_manager)

@@ -13,7 +13,7 @@ KfDef, its status inventory, the stamps on objects) and the sources.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.runtime.identity import StackIdentity
@@ -21,6 +21,7 @@ from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.inventory import ObjectRef, parse_id
+from kfdef_operator.ssa.webhooks import Webhook, explain
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class Stack:
     application_of: dict[ObjectRef, str] = field(default_factory=dict)
     applications: list[str] = field(default_factory=list)
     run_once: set[ObjectRef] = field(default_factory=set)                 # never re-created once gone
+    #: The stack's own fail-closed admission webhooks, by name: failed calls to them are named in results.
+    webhooks: dict[str, Webhook] = field(default_factory=dict)
     #: Fields the pipeline reports besides conditions (sources, upgrades, reposCache).
     reported: JSON = field(default_factory=dict)
 
@@ -114,9 +117,16 @@ class Stack:
         self.generation = generation
         self.step = ("Progressing", f"reconciling generation {generation}") if announce else None
 
+    def explained(self, change: Change) -> Change:
+        """``change`` with a failed call to one of the stack's own webhooks spelled out in its message."""
+        if change.ok:
+            return change
+        message = explain(change.message, self.webhooks)
+        return change if message == change.message else replace(change, message=message)
+
     def record_apply(self, changes: ChangeSet) -> None:
         """The apply of the current generation finished with these per-object results."""
-        self.changes = {change.ref: change for change in changes}
+        self.changes = {change.ref: self.explained(change) for change in changes}
         self.applied_generation = self.generation
         self.applied_at = time.monotonic()
         self.step = None
@@ -125,7 +135,7 @@ class Stack:
     def record_heal(self, change: Change) -> None:
         """A heal's result replaces the object's outcome: a healed object is applied again, a failed one failed."""
         if change.ref in self.desired:
-            self.changes[change.ref] = change
+            self.changes[change.ref] = self.explained(change)
 
     def failed_changes(self) -> list[Change]:
         return [*self.rejected, *(c for c in self.changes.values() if c.action.failed)]

@@ -24,6 +24,7 @@ from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.live import LiveView
+from kfdef_operator.ssa.webhooks import explain
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def readiness(stack: Stack, live: LiveView) -> tuple[list[tuple[str, str]], list
             if live.is_watched(ref.group, ref.kind, ref.namespace) and not gone_on_purpose:
                 unhealthy.append((str(ref), "missing"))
         elif not tracked.health.ready:
-            unhealthy.append((str(ref), tracked.health.message))
+            unhealthy.append((str(ref), explain(tracked.health.message, stack.webhooks)))
     return failures, unhealthy
 
 

@@ -67,7 +67,8 @@ class Tracker:
     # -- lifecycle -----------------------------------------------------------------
 
     async def watch(self, targets: Iterable[WatchTarget], *, timeout: float = 60.0) -> None:
-        """Start watching these targets (if not yet) and wait until each has listed once.
+        """Start watching these targets (if not yet) and wait until each has listed once (a kind the server does
+        not serve counts as listed: nothing of it exists).
 
         Raises the API server's refusal (403) of a kind's first listing at once, and TimeoutError when a
         listing does not complete within ``timeout``.
@@ -201,6 +202,10 @@ class Tracker:
                     self._refused[key] = error
                     self._synced[key].set()
                     self._synced[key] = asyncio.Event()
+                if error.status == 404 and not self._synced[key].is_set():
+                    # The kind is not served (its CRD is gone, or not created yet), so none of its objects exists:
+                    # waiters go on. A stale discovery cache names such kinds after a teardown deleted the CRD.
+                    self._synced[key].set()
                 # 404: the kind's CRD is being re-created (healing) or went away; keep trying quietly.
                 log.log(logging.DEBUG if error.status == 404 else logging.WARNING,
                         "watch of %s failed: %s", resource.plural, error)

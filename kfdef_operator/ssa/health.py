@@ -58,6 +58,10 @@ def _deployment(obj: JSON) -> Health:
         return Health(State.PROGRESSING, "rollout not observed yet")
     status = obj.get("status") or {}
     want = (obj.get("spec") or {}).get("replicas", 1)
+    refused = _condition(obj, "ReplicaFailure")
+    if refused and refused.get("status") == "True" and status.get("availableReplicas", 0) < want:
+        # The ReplicaSet cannot create pods (quota, pod security, an admission webhook): say why.
+        return Health(State.PROGRESSING, f"pods not created: {refused.get('message', refused.get('reason', ''))}")
     if status.get("updatedReplicas", 0) < want:
         return Health(State.PROGRESSING, f"{status.get('updatedReplicas', 0)}/{want} replicas updated")
     if status.get("replicas", 0) > status.get("updatedReplicas", 0):

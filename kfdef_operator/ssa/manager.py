@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Mapping, TypeVar
 
 from kfdef_operator.api.types import JSON
-from kfdef_operator.ssa import ordering
+from kfdef_operator.ssa import aggregation, ordering
 from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
@@ -460,9 +460,45 @@ class ResourceManager:
                     raise
         return Change(ref, Action.FAILED, "replaced by another object again and again while being deleted; kept")
 
-    def _removals(self, ownership: Ownership, wave: list[tuple[ObjectRef, str]],
-                  dry_run: bool = False) -> list[Coroutine[Any, Any, Change]]:
-        return [self._remove(ownership, ref, version, dry_run) for ref, version in wave]
+    async def _remove_wave(self, ownership: Ownership, wave: list[tuple[ObjectRef, str]],
+                           dry_run: bool = False) -> list[Change | BaseException]:
+        """Remove one wave; answers in the wave's order (``dry_run``: server-side dry runs).
+
+        Aggregated ClusterRoles go first, one at a time, each before the roles
+        it aggregates (:mod:`kfdef_operator.ssa.aggregation`): removed together
+        with them, kube-controller-manager could re-create it.
+        """
+        answers: dict[ObjectRef, Change | BaseException] = {}
+        for ref, version in await self._aggregated_first(wave):
+            try:
+                answers[ref] = await self._remove(ownership, ref, version, dry_run)
+            except Exception as error:  # reported like any failed removal
+                answers[ref] = error
+        rest = [(ref, version) for ref, version in wave if ref not in answers]
+        removed = await self._gather([self._remove(ownership, ref, version, dry_run) for ref, version in rest])
+        for (ref, _), answer in zip(rest, removed, strict=True):
+            answers[ref] = answer
+        return [answers[ref] for ref, _ in wave]
+
+    async def _aggregated_first(self, wave: list[tuple[ObjectRef, str]]) -> list[tuple[ObjectRef, str]]:
+        """The wave's aggregated ClusterRoles in deletion order, read from one listing of the live ClusterRoles
+        (each read alone by an identity that may not list them; one it may not read is left to its removal)."""
+        roles = {ref.name: (ref, version) for ref, version in wave
+                 if ref.group == aggregation.RBAC_GROUP and ref.kind == "ClusterRole"}
+        if not roles:
+            return []
+        resource = await self.discovery.resource_for_ref(*next(iter(roles.values())))
+        try:
+            listing = await self.kube.request("GET", resource.collection_path())
+            live = [item for item in listing.get("items") or [] if (item.get("metadata") or {}).get("name") in roles]
+        except KubeApiError as error:
+            if error.status != 403:
+                raise
+            read = await self._gather([self.kube.get(resource.path_of(ref)) for ref, _ in roles.values()])
+            live = [item for item in read if isinstance(item, dict)]
+        for item in live:  # list items carry no apiVersion/kind
+            item.update(apiVersion=resource.api_version, kind=resource.kind)
+        return [roles[name] for name in aggregation.deletion_order(live)]
 
     def _failed(self, ref: ObjectRef, error: BaseException) -> Change:
         return Change(ref, Action.FAILED, self.describe(error) if isinstance(error, KubeApiError) else str(error))
@@ -479,7 +515,7 @@ class ResourceManager:
         """
         changes = ChangeSet()
         for wave in self._waves(stale):
-            answers = await self._gather(self._removals(ownership, wave, dry_run))
+            answers = await self._remove_wave(ownership, wave, dry_run)
             changes.extend(answer if isinstance(answer, Change) else self._failed(ref, answer)
                            for (ref, _), answer in zip(wave, answers))
         return changes
@@ -490,7 +526,7 @@ class ResourceManager:
         result = TeardownResult()
         done = 0
         for wave in self._waves(inventory):
-            answers = await self._gather(self._removals(ownership, wave))
+            answers = await self._remove_wave(ownership, wave)
             pending: list[tuple[ObjectRef, str]] = []
             for (ref, version), answer in zip(wave, answers):
                 change = answer if isinstance(answer, Change) else self._failed(ref, answer)

@@ -6,12 +6,16 @@ import base64
 import copy
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa.aggregation import without_controller_rules
+
 
 def normalize(obj: JSON) -> JSON:
     """A rendered object made fit for server-side apply (a copy).
 
-    Drops ``status`` and server-populated metadata, and turns Secret
-    ``stringData`` into ``data`` so that the live object compares equal.
+    Drops ``status``, server-populated metadata and the rules of an
+    aggregated ClusterRole (kube-controller-manager writes those, see
+    :mod:`kfdef_operator.ssa.aggregation`), and turns Secret ``stringData``
+    into ``data`` so that the live object compares equal.
     """
     out = copy.deepcopy(obj)
     out.pop("status", None)
@@ -23,4 +27,4 @@ def normalize(obj: JSON) -> JSON:
         for key, value in out.pop("stringData").items():
             data[key] = base64.b64encode(str(value).encode()).decode()
         out["data"] = data
-    return out
+    return without_controller_rules(out)

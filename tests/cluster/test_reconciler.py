@@ -217,3 +217,29 @@ def test_custom_resource_fields_outside_a_strict_schema_are_pruned_not_refused(o
              .get("metadata", {}).get("uid") not in (None, old_uid), timeout=30, what="Widget re-created")
     degraded = kube.condition(kube.get(KFDEF_API, "KfDef", "strict", kfdef_namespace), "Degraded")
     assert degraded["status"] == "False"
+
+
+def test_a_stack_deployed_again_right_after_its_teardown_is_ready_without_waiting_for_its_kinds(
+        operator, kube, kfdef_namespace, new_stack):
+    # The teardown deletes the stack's CRD; the operator still knows its kind from before. Deployed again, the
+    # kind's watch must not wait for a listing the API server answers 404 until the CRD is back (it used to, for
+    # 60 s, and the KfDef turned Degraded with a Timeout: seen with Kubeflow v1.11.0 in the benchmarks).
+    stack = new_stack()
+    kube.apply(stack.kfdef("first", kfdef_namespace))
+    wait_ready(kube, "first", kfdef_namespace)
+    kube.delete(KFDEF_API, "KfDef", "first", kfdef_namespace)
+    kube.wait_gone(KFDEF_API, "KfDef", "first", kfdef_namespace, timeout=120)
+    kube.wait_gone(CRD_API, "CustomResourceDefinition", f"widgets.{stack.group}", timeout=60)
+
+    kube.apply(stack.kfdef("again", kfdef_namespace))
+    degraded: list[dict] = []
+
+    def ready() -> bool:
+        obj = kube.get(KFDEF_API, "KfDef", "again", kfdef_namespace)
+        condition = kube.condition(obj, "Degraded")
+        if condition and condition["status"] == "True":
+            degraded.append(condition)
+        return (kube.condition(obj, "Ready") or {}).get("status") == "True"
+
+    wait_for(ready, timeout=45, what="the stack deployed again to be Ready")
+    assert degraded == []

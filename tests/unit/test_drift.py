@@ -188,3 +188,42 @@ def test_two_writes_that_change_only_bookkeeping_compare_equal():
 
 def test_comparable_of_an_object_without_metadata():
     assert comparable({"kind": "X", "status": {}}) == {"kind": "X", "metadata": {}}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# what kube-apiserver 1.36 returned for v1.11.0's Deployments (each made the operator suspect drift after a restart)
+
+
+def _with_container(**fields) -> dict:
+    deployment = copy.deepcopy(DESIRED)
+    deployment["spec"]["template"]["spec"]["containers"][0].update(fields)
+    return deployment
+
+
+@pytest.mark.parametrize("case, desired, live", [
+    ("empty env value omitted", _with_container(env=[{"name": "A", "value": ""}]),
+     _with_container(env=[{"name": "A"}])),
+    ("zero probe delay omitted", _with_container(livenessProbe={"initialDelaySeconds": 0, "periodSeconds": 10}),
+     _with_container(livenessProbe={"periodSeconds": 10})),
+    ("false readOnly omitted", _with_container(volumeMounts=[{"name": "v", "mountPath": "/v", "readOnly": False}]),
+     _with_container(volumeMounts=[{"name": "v", "mountPath": "/v"}])),
+    ("milli-CPU in canonical form", _with_container(resources={"limits": {"cpu": "2000m", "memory": "1024Mi"}}),
+     _with_container(resources={"limits": {"cpu": "2", "memory": "1Gi"}})),
+    ("fractional CPU", _with_container(resources={"requests": {"cpu": "0.5"}}),
+     _with_container(resources={"requests": {"cpu": "500m"}})),
+])
+def test_what_the_server_writes_differently_is_not_drift(case, desired, live):
+    assert not drifted(desired, as_live(live)), case
+
+
+@pytest.mark.parametrize("case, desired, live", [
+    ("a non-zero value removed", _with_container(env=[{"name": "A", "value": "x"}]),
+     _with_container(env=[{"name": "A"}])),
+    ("a quantity changed", _with_container(resources={"limits": {"cpu": "2000m"}}),
+     _with_container(resources={"limits": {"cpu": "1"}})),
+    # Only resource quantities are compared by value: elsewhere "2000m" and "2" are different strings.
+    ("an env value that looks like a quantity", _with_container(env=[{"name": "A", "value": "2000m"}]),
+     _with_container(env=[{"name": "A", "value": "2"}])),
+])
+def test_real_changes_next_to_those_are_still_drift(case, desired, live):
+    assert drifted(desired, as_live(live)), case

@@ -1,0 +1,224 @@
+"""Kubeflow v1.11.0, a real release, as a second workload beside the synthetic one.
+
+The release tree (``../shared/stacks``, or ``$KFDEF_STACKS_DIR``) is deployed from its ``example/`` entry point
+(plain mode) through one wrapper kustomization (``tests/releases/unservable.py``) that leaves out what this cluster
+cannot serve, its fail-closed webhook configurations, and names its example Profile as the kustomize the release
+pins does (``tests/releases/conftest.py``). Tree and wrapper are served from 127.0.0.1 as one tarball. The three
+apply paths get the same objects:
+
+- ``operator``: a KfDef created until its status reports every object applied, and until Ready (storage is
+  simulated: PersistentVolumes for the release's claims); then the teardown, until the KfDef is gone and none of
+  the release's objects outside its own namespaces is left;
+- ``kubectl``: ``kubectl apply --server-side`` of ``kfdef-operator build``'s output, ``kubectl wait`` for its CRDs,
+  the apply again;
+- ``floor``: every object server-side applied at once (``bench/baselines.py``).
+
+Release objects have fixed names, so each path removes everything before the next starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kfdef_operator.api.kfdef import Repo, parse_kfdef
+from kfdef_operator.build.render import render
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolve import resolve_source
+from kfdef_operator.ssa.aggregation import deletion_order
+from kfdef_operator.ssa.client import KubeApiError
+from tests.releases.conftest import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
+from tests.releases.unservable import write_wrappers
+
+from . import baselines
+from .cluster import KFDEF_NAMESPACE
+from .context import KFDEFS_PATH, Bench, all_applied, is_ready
+from .stats import summary
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+VERSION = "v1.11.0"
+VOLUMES = 4  # the release claims three volumes
+
+
+@dataclass
+class Release:
+    """The release as this cluster can run it: its KfDef (served from 127.0.0.1) and rendered objects."""
+
+    kfdef: JSON
+    objects: list[JSON]
+    left_out: int
+    render_s: float
+
+
+async def prepare(bench: Bench) -> Release:
+    """Unpack the release, add the wrapper, pack and serve it; render it once with ``kfdef-operator build``."""
+    directory = bench.work_dir / "release"
+    tree = await asyncio.to_thread(_unpack, STACKS / ARCHIVES[VERSION], directory / "tree")
+    sample = yaml.safe_load(MODERN_SAMPLE.read_text())
+    sample["metadata"] = {"name": "kubeflow", "namespace": KFDEF_NAMESPACE}
+    rendered = await asyncio.to_thread(_render, sample, tree, directory)
+    wrapped, left_out = write_wrappers(sample, tree, rendered, {"kubeflow": v1_11_0_profile_repair(tree)})
+    archive = await asyncio.to_thread(_pack, tree, bench.archives.directory / f"kubeflow-{VERSION}-runnable.tar.gz")
+    for repo in wrapped["spec"]["repos"]:
+        repo["uri"] = bench.archives.url(archive)
+    output, render_s = await asyncio.to_thread(baselines.build, bench, wrapped, directory / "build")
+    objects = await _namespaced(bench, baselines.load(output))
+    log.info("release %s: %d objects, %d left out", VERSION, len(objects), len(left_out))
+    return Release(wrapped, objects, len(left_out), render_s)
+
+
+def _unpack(archive: Path, directory: Path) -> Path:
+    with tarfile.open(archive) as tar:
+        tar.extractall(directory, filter="data")
+    [top] = list(directory.iterdir())
+    return top
+
+
+def _render(kfdef: JSON, tree: Path, directory: Path) -> dict[str, list[JSON]]:
+    """Objects per application of the KfDef built from ``tree`` (to find what to leave out)."""
+    document = copy.deepcopy(kfdef)
+    for repo in document["spec"]["repos"]:
+        repo["uri"] = str(tree)
+    source = resolve_source(Repo("manifests", str(tree)), SourceCache(directory / "sources"),
+                            FetchOptions(local_roots=(tree,)))
+    return {app.name: app.objects for app in render(parse_kfdef(document), {"manifests": source}, directory / "render")}
+
+
+def _pack(tree: Path, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz", compresslevel=1) as archive:
+        archive.add(tree, arcname=tree.name)
+    return path
+
+
+async def _namespaced(bench: Bench, objects: list[JSON]) -> list[JSON]:
+    """Namespaced objects that name no namespace get the KfDef's, as the operator gives them."""
+    for obj, _, namespaced in await baselines.paths(bench.kube, objects):
+        if namespaced and not obj["metadata"].get("namespace"):
+            obj["metadata"]["namespace"] = KFDEF_NAMESPACE
+    return objects
+
+
+# -- the three paths ---------------------------------------------------------------------------------------------
+
+async def operator_round(bench: Bench, release: Release) -> dict:
+    """Apply, Ready and teardown of the release by the operator; seconds of each."""
+    volumes = await _simulated_storage(bench)
+    kfdef = copy.deepcopy(release.kfdef)
+    name = kfdef["metadata"]["name"] = f"kubeflow-{uuid.uuid4().hex[:5]}"
+    mark = bench.kfdefs.mark()
+    await bench.kube.request("POST", KFDEFS_PATH, body=kfdef)
+    started = time.monotonic()
+    applied = await bench.wait_kfdef(name, all_applied, after=mark, timeout=900, what="applied")
+    ready = await bench.wait_kfdef(name, is_ready, after=mark, timeout=900, what="Ready")
+    teardown_s = await bench.delete_kfdef(name, timeout=900)
+    left = await remaining(bench, release.objects)
+    if left:
+        raise RuntimeError(f"the teardown left {len(left)} objects of the release, e.g. {left[:5]}")
+    await _delete(bench, volumes)
+    return {"applied_s": applied.at - started, "ready_s": ready.at - started, "teardown_s": teardown_s}
+
+
+async def kubectl_round(bench: Bench, release: Release) -> dict:
+    crds = [f"crd/{o['metadata']['name']}" for o in release.objects if o["kind"] == "CustomResourceDefinition"]
+    rendered = bench.work_dir / "release" / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(release.objects))
+    measured = await baselines.kubectl_apply(bench, rendered, crds)
+    await remove(bench, release.objects)
+    return measured
+
+
+async def floor_round(bench: Bench, release: Release) -> float:
+    seconds = await baselines.floor_apply(bench, release.objects)
+    await remove(bench, release.objects)
+    return seconds
+
+
+# -- cleaning up ----------------------------------------------------------------------------------------------------
+
+def _outside(objects: list[JSON], namespaced: list[bool]) -> list[int]:
+    """Indexes of the objects that do not go away with the release's own Namespaces."""
+    own = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
+    return [i for i, obj in enumerate(objects) if not namespaced[i] or obj["metadata"].get("namespace") not in own]
+
+
+async def remaining(bench: Bench, objects: list[JSON]) -> list[str]:
+    """Objects of the release that exist, among those its Namespaces do not hold."""
+    targets = await baselines.paths(bench.kube, objects)
+    outside = _outside(objects, [namespaced for _, _, namespaced in targets])
+    present = await asyncio.gather(*(bench.kube.get(targets[i][1]) for i in outside))
+    return [targets[i][1] for i, live in zip(outside, present, strict=True) if live is not None]
+
+
+async def remove(bench: Bench, objects: list[JSON], *, timeout: float = 600) -> None:
+    """Delete every object of the release that its Namespaces do not take along, and wait until Namespaces and
+    CRDs are gone. Aggregated ClusterRoles go first, one at a time (see ``kfdef_operator.ssa.aggregation``): deleted
+    together with the roles they draw from, kube-controller-manager re-creates them."""
+    targets = await baselines.paths(bench.kube, objects)
+    outside = [targets[i] for i in _outside(objects, [namespaced for _, _, namespaced in targets])]
+    path_of = {obj["metadata"]["name"]: path for obj, path, _ in outside if obj["kind"] == "ClusterRole"}
+    first = [path_of[name] for name in deletion_order(obj for obj, _, _ in outside if obj["kind"] == "ClusterRole")]
+    for path in first:
+        await _delete(bench, [path])
+    await bench.kube.gather_limited([_delete(bench, [path]) for _, path, _ in outside if path not in first],
+                                    baselines.FLOOR_CONCURRENCY)
+    waited = [path for obj, path, _ in outside if obj["kind"] in ("Namespace", "CustomResourceDefinition")]
+    deadline = time.monotonic() + timeout
+    while any(await asyncio.gather(*(bench.kube.get(path) for path in waited))):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the release's namespaces and CRDs still there after {timeout:.0f}s")
+        await asyncio.sleep(0.2)
+    left = await remaining(bench, objects)
+    if left:
+        raise RuntimeError(f"{len(left)} objects of the release came back after their deletion, e.g. {left[:5]}")
+
+
+async def _delete(bench: Bench, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            await bench.kube.request("DELETE", path)
+        except KubeApiError as error:
+            if error.status != 404:
+                raise
+
+
+async def _simulated_storage(bench: Bench) -> list[str]:
+    """PersistentVolumes for the release's claims (nothing provisions volumes here); their paths."""
+    paths = []
+    for _ in range(VOLUMES):
+        name = f"bench-volume-{uuid.uuid4().hex[:6]}"
+        await bench.kube.request("POST", "/api/v1/persistentvolumes", body={
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "100Gi"}, "persistentVolumeReclaimPolicy": "Retain",
+                     "accessModes": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"],
+                     "hostPath": {"path": f"/var/simulated/{name}"}}})
+        paths.append(f"/api/v1/persistentvolumes/{name}")
+    return paths
+
+
+def results(release: Release, raw: dict[str, list]) -> JSON:
+    """The release's entries of ``bench/results.json``."""
+    operator, kubectl = raw["operator"], raw["kubectl"]
+    meta = {"release": VERSION, "objects": len(release.objects), "left_out": release.left_out}
+    entries = {
+        "release.apply.operator_s": summary([r["applied_s"] for r in operator], "s", **meta),
+        "release.apply.operator_ready_s": summary([r["ready_s"] for r in operator], "s"),
+        "release.apply.kubectl_ssa_s": summary([k["s"] for k in kubectl], "s", steps=kubectl),
+        "release.apply.floor_s": summary(raw["floor"], "s", concurrency=baselines.FLOOR_CONCURRENCY),
+        "release.render.s": summary([release.render_s], "s", note="kfdef-operator build (not part of kubectl/floor)"),
+        "release.teardown.s": summary([r["teardown_s"] for r in operator], "s"),
+    }
+    for entry in entries.values():
+        entry["value"] = entry["median"]
+    return entries
