@@ -256,16 +256,23 @@ class ControlPlane:
     # -- credentials ---------------------------------------------------------------
 
     @property
+    def dir(self) -> Path:
+        """The working directory (chosen by ``start()``): certificates, kubeconfigs, data and logs."""
+        if self.work_dir is None:
+            raise RuntimeError("the control plane has not been started")
+        return self.work_dir
+
+    @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
 
     @property
     def ca_file(self) -> Path:
-        return self.work_dir / "pki" / "apiserver.crt"
+        return self.dir / "pki" / "apiserver.crt"
 
     @property
     def kubeconfig(self) -> Path:
-        return self.work_dir / "admin.kubeconfig"
+        return self.dir / "admin.kubeconfig"
 
     @property
     def admin_token(self) -> str:
@@ -274,11 +281,11 @@ class ControlPlane:
     def kubeconfig_for(self, user: str = OPERATOR_USER) -> Path:
         """Kubeconfig of a token user: ``admin``, the group-less ``kfdef-operator`` or ``tenant``, or one of
         ``users``."""
-        return self.work_dir / f"{user}.kubeconfig"
+        return self.dir / f"{user}.kubeconfig"
 
     @property
     def audit_log(self) -> Path:
-        return self.work_dir / "logs" / "audit.log"
+        return self.dir / "logs" / "audit.log"
 
     def audit_events(self) -> list[dict]:
         """Every event of the audit log so far (``audit=True``), oldest first."""
@@ -291,11 +298,11 @@ class ControlPlane:
         return [json.loads(line) for line in lines if line.strip()]
 
     def _prepare_credentials(self) -> None:
-        pki = self.work_dir / "pki"
+        pki = self.dir / "pki"
         pki.mkdir(exist_ok=True)
         subprocess.run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"], check=True, capture_output=True)
         self._tokens = {name: secrets.token_hex(16) for name in ("admin", OPERATOR_USER, TENANT_USER, *self.users)}
-        (self.work_dir / "tokens.csv").write_text(
+        (self.dir / "tokens.csv").write_text(
             f'{self._tokens["admin"]},admin,admin-uid,"system:masters"\n'
             + "".join(f"{token},{user},{user}-uid\n" for user, token in self._tokens.items() if user != "admin")
         )
@@ -318,14 +325,14 @@ class ControlPlane:
     # -- components ----------------------------------------------------------------
 
     def _start(self, name: str, args: list[str]) -> None:
-        process = _Process(name, [str(self.bin_dir / name), *args], self.work_dir / "logs" / f"{name}.log")
+        process = _Process(name, [str(self.bin_dir / name), *args], self.dir / "logs" / f"{name}.log")
         self._processes[name] = process
         process.start()
 
     def _start_etcd(self) -> None:
         e, p = self.ports["etcd"], self.ports["etcd-peer"]
         self._start("etcd", [
-            "--name=kf", f"--data-dir={self.work_dir / 'etcd'}",
+            "--name=kf", f"--data-dir={self.dir / 'etcd'}",
             f"--listen-client-urls=http://127.0.0.1:{e}", f"--advertise-client-urls=http://127.0.0.1:{e}",
             f"--listen-peer-urls=http://127.0.0.1:{p}", f"--initial-advertise-peer-urls=http://127.0.0.1:{p}",
             f"--initial-cluster=kf=http://127.0.0.1:{p}", "--unsafe-no-fsync", "--log-level=warn",
@@ -334,7 +341,7 @@ class ControlPlane:
         self._wait_http("etcd", f"http://127.0.0.1:{e}/health")
 
     def _start_apiserver(self) -> None:
-        d = self.work_dir
+        d = self.dir
         audit: list[str] = []
         if self.audit:
             (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
@@ -359,9 +366,9 @@ class ControlPlane:
         return [
             f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             "--bind-address=127.0.0.1", f"--secure-port={self.ports['kcm']}",
-            f"--cert-dir={self.work_dir / 'kcm'}", "--leader-elect=false", "--controllers=*",
+            f"--cert-dir={self.dir / 'kcm'}", "--leader-elect=false", "--controllers=*",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-            f"--service-account-private-key-file={self.work_dir / 'pki' / 'sa.key'}",
+            f"--service-account-private-key-file={self.dir / 'pki' / 'sa.key'}",
             f"--root-ca-file={self.ca_file}",
             *self.controller_manager_flags,
         ]
@@ -376,7 +383,7 @@ class ControlPlane:
 
     def _kwok_args(self) -> list[str]:
         # kwok applies no defaults to options read from a file: set every parallelism explicitly.
-        config = self.work_dir / "kwok.yaml"
+        config = self.dir / "kwok.yaml"
         config.write_text(
             "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
             "  enableCNI: false\n  cidr: 10.0.1.0/24\n  podPlayStageParallelism: 8\n"

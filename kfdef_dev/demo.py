@@ -107,6 +107,8 @@ async def _story(root: Path, plane: ControlPlane, operator: OperatorProcess, *, 
 
         say("==> the classic test: deleting Deployment kubeflow/tf-job-operator")
         old = await kube.get(DEPLOYMENT_PATH)
+        if old is None:
+            raise RuntimeError("Deployment kubeflow/tf-job-operator was not deployed: see the KfDef's status")
         await kube.request("DELETE", DEPLOYMENT_PATH)
         deleted = time.monotonic()
         back = await _wait(lambda: _recreated(kube, old["metadata"]["uid"]), 30, "tf-job-operator to come back")

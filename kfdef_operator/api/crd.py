@@ -22,4 +22,5 @@ PACKAGED_CRD = "kfdef_crd.yaml"
 def kfdef_crd() -> JSON:
     """The KfDef CustomResourceDefinition as a dict (parsed once)."""
     text = resources.files(__package__).joinpath(PACKAGED_CRD).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    crd: JSON = yaml.safe_load(text)
+    return crd

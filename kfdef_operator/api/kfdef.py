@@ -432,6 +432,7 @@ def _parse_secrets(c: _Collector, raw: Any) -> tuple[Secret, ...]:
 def project_of(kfdef: KfDef) -> str:
     """The GCP project (a ``KfGcpPlugin``'s ``spec.project``), which kfctl auto-filled as ``project=``."""
     for plugin in kfdef.plugins:
-        if plugin.kind == "KfGcpPlugin" and isinstance(plugin.spec.get("project"), str):
-            return plugin.spec["project"]
+        project = plugin.spec.get("project")
+        if plugin.kind == "KfGcpPlugin" and isinstance(project, str):
+            return project
     return ""

@@ -92,7 +92,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     await memo.reconciler.stop()
     if memo.leadership is not None:  # released only now: every writer has stopped
         await memo.leadership.stop()
-    metrics.REGISTRY.unregister(memo.api_requests)
+    metrics.stop_counting_api_requests(memo.api_requests)
     await memo.kube.close()
 
 

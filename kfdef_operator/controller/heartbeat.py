@@ -33,7 +33,7 @@ class Heartbeat:
         self.stale_after = stale_after
         self._clock = clock
         self._last = clock()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._last = self._clock()

@@ -39,7 +39,7 @@ class Housekeeper:
         self.live = live
         self.interval = interval
         self.grace = grace  #: build leftovers younger than this are kept (a KfDef may not be resumed yet)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._periodic())

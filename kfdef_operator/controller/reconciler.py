@@ -145,8 +145,7 @@ class Reconciler:
         self.writers: dict[Key, StatusWriter] = {}
         self.healer = Healer(self.manager_for, self.tracker, self.events, self.stacks, self.refresh)
         self._gate = gate
-        self.queue = WorkQueue(self._work, gate=gate,  # type: ignore[arg-type]
-                               standby=self._prepare if gate is not None else None)  # type: ignore[arg-type]
+        self.queue = WorkQueue(self._work, gate=gate, standby=self._prepare if gate is not None else None)
         self._verified: set[Key] = set()  # KfDefs read afresh since this replica began leading
         self.work_pool = WorkPool(settings.work_threads)  # fetch and render, off the event loop's default executor
         metrics.watch_work_pool(lambda: self.work_pool.running, lambda: self.work_pool.waiting)

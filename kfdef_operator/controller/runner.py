@@ -63,7 +63,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def register_run(subparsers: argparse._SubParsersAction) -> None:
+def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("run", help="run the operator against a cluster",
                                    description="Watch KfDefs and keep their stacks applied, healthy and healed.")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")

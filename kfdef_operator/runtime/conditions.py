@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.changeset import Change
 
@@ -70,7 +70,7 @@ def set_condition(conditions: list[JSON], type_: str, status: bool, reason: str,
 
 def conditions_equal(a: list[JSON], b: list[JSON]) -> bool:
     """Equal ignoring timestamps (what decides whether a status write is needed)."""
-    def key(conditions: list[JSON]) -> list[tuple]:
+    def key(conditions: list[JSON]) -> list[tuple[Any, ...]]:
         return sorted((c.get("type"), c.get("status"), c.get("reason"), c.get("message"),
                        c.get("observedGeneration")) for c in conditions)
     return key(a) == key(b)

@@ -42,6 +42,11 @@ def count_api_requests(counts: Callable[[], Mapping[str, int]]) -> ApiRequests:
     return collector
 
 
+def stop_counting_api_requests(collector: ApiRequests) -> None:
+    """Drop a collector from ``count_api_requests`` (its client is closed)."""
+    REGISTRY.unregister(collector)
+
+
 def watch_work_pool(running: Callable[[], int], waiting: Callable[[], int]) -> None:
     """Report the work pool's running and waiting jobs at scrape time."""
     WORK_POOL_JOBS.labels("running").set_function(running)

@@ -41,7 +41,8 @@ _WATCH_TIMEOUT_S = 290
 
 def instance_label(live: LiveObject) -> str | None:
     """The owning KfDef's label value on a tracked object."""
-    return live.meta["labels"].get(INSTANCE_LABEL)
+    label: str | None = live.meta["labels"].get(INSTANCE_LABEL)
+    return label
 
 
 class Tracker:
@@ -51,7 +52,7 @@ class Tracker:
         self._kube = kube
         self._listener = listener
         self._objects: dict[ObjectRef, LiveObject] = {}
-        self._watches: dict[_Key, asyncio.Task] = {}
+        self._watches: dict[_Key, asyncio.Task[None]] = {}
         self._synced: dict[_Key, asyncio.Event] = {}
         self._refused: dict[_Key, KubeApiError] = {}  # first listing refused (403): no use waiting
 
@@ -165,7 +166,7 @@ class Tracker:
                     "metadata": {"name": ref.name, "namespace": ref.namespace or None, "uid": live.uid,
                                  "labels": live.meta["labels"], "annotations": live.meta["annotations"]}}
             self._dispatch("DELETED", gone)
-        return (listing.get("metadata") or {}).get("resourceVersion", "")
+        return str((listing.get("metadata") or {}).get("resourceVersion", ""))
 
     async def _run(self, resource: Resource, namespace: str) -> None:
         key = _key(resource, namespace)

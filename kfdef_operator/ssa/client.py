@@ -22,13 +22,15 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
 from urllib.parse import urlencode
 
 import aiohttp
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 from kfdef_operator.api.types import JSON
+
+T = TypeVar("T")
 
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -56,7 +58,7 @@ def _retry_delay(attempt: int, retry_after: str | None) -> float:
     """Seconds before retry ``attempt`` (0-based): the server's Retry-After, else 50 ms doubling to 2 s."""
     if retry_after and retry_after.isdigit():
         return min(float(retry_after), 10.0)
-    return min(0.05 * 2 ** attempt, 2.0)
+    return min(0.05 * 2.0 ** attempt, 2.0)
 
 
 def _decode(raw: bytes) -> JSON:
@@ -171,7 +173,7 @@ class KubeClient:
 
     @property
     def host(self) -> str:
-        return self._config.host
+        return str(self._config.host)
 
     @property
     def impersonated_user(self) -> str | None:
@@ -317,11 +319,11 @@ class KubeClient:
         finally:
             raw_response.release()
 
-    async def gather_limited(self, coroutines: list, limit: int) -> list:
+    async def gather_limited(self, coroutines: Sequence[Awaitable[T]], limit: int) -> list[T | BaseException]:
         """Run coroutines with at most ``limit`` in flight; results (or exceptions) in input order."""
         semaphore = asyncio.Semaphore(limit)
 
-        async def run(coro):
+        async def run(coro: Awaitable[T]) -> T:
             async with semaphore:
                 return await coro
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 from kfdef_operator.api.types import JSON
 
 
@@ -36,7 +36,7 @@ READY = Health(State.READY)
 def _condition(obj: JSON, type_: str) -> JSON | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
-            return cond
+            return cast(JSON, cond)
     return None
 
 
@@ -47,7 +47,7 @@ def _is_true(obj: JSON, type_: str) -> bool:
 
 def _generation_observed(obj: JSON) -> bool:
     status = obj.get("status") or {}
-    return status.get("observedGeneration", 0) >= (obj.get("metadata") or {}).get("generation", 0)
+    return bool(status.get("observedGeneration", 0) >= (obj.get("metadata") or {}).get("generation", 0))
 
 
 def _deployment(obj: JSON) -> Health:

@@ -17,7 +17,7 @@ then CRDs and finally Namespaces.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
 
 PREREQUISITES = "prerequisites"
 RESOURCES = "resources"
@@ -80,7 +80,7 @@ def is_custom_group(group: str) -> bool:
     return group not in _BUILTIN_GROUPS
 
 
-def group_by_stage(items: Sequence[T], kind_of) -> dict[str, list[T]]:
+def group_by_stage(items: Sequence[T], kind_of: Callable[[T], str]) -> dict[str, list[T]]:
     """Items split into stages, each sorted by install rank (stable for equal kinds)."""
     stages: dict[str, list[T]] = {stage: [] for stage in STAGES}
     for item in sorted(items, key=lambda i: install_rank(kind_of(i))):
@@ -88,7 +88,7 @@ def group_by_stage(items: Sequence[T], kind_of) -> dict[str, list[T]]:
     return stages
 
 
-def teardown_waves(items: Iterable[T], kind_of, *, is_custom) -> list[list[T]]:
+def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom: Callable[[T], bool]) -> list[list[T]]:
     """Items in the waves a teardown deletes them in; each wave is waited on before the next.
 
     ``is_custom(item)`` tells custom resources apart: they go right after
