@@ -12,7 +12,7 @@ OLM_VALIDATE := $(shell tools/build-olm-validate.sh --path)
 RUN    := env KFDEF_K8SBIN=$(K8SBIN) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 
-.PHONY: all venv control-plane test unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
+.PHONY: all venv control-plane lint test unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
 
 all: test
 
@@ -31,9 +31,15 @@ control-plane:
 demo: venv control-plane
 	@$(RUN) $(PY) -m kfdef_dev demo $(DEMO_ARGS)
 
-# The suite runs in a loopback-only network namespace (see tools/netns-run).
-test: venv control-plane olm-validate
+# The suite runs in a loopback-only network namespace (see tools/netns-run), after the static checks.
+test: lint control-plane olm-validate
 	$(RUN) $(PY) -m pytest -ra $(PYTEST_ARGS)
+
+# Static checks: the layers import one way (import-linter), style (ruff), types (mypy; the core layers strict).
+lint: venv
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check kfdef_operator kfdef_dev tests bench tools
+	$(VENV)/bin/mypy
 
 unit: venv control-plane olm-validate
 	$(RUN) $(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)

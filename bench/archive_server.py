@@ -26,7 +26,7 @@ class ArchiveServer:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="archive-server", daemon=True)
 
-    def __enter__(self) -> "ArchiveServer":
+    def __enter__(self) -> ArchiveServer:
         self._thread.start()
         return self
 

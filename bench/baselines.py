@@ -20,14 +20,14 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.ssa.discovery import Discovery
 
 from .context import Bench
 from .workload import Workload

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kfdef_dev.controlplane import ControlPlane
-from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
+from kfdef_operator.ssa.client import KubeClient
 from tests.operator_process import OperatorProcess
 
 from .archive_server import ArchiveServer

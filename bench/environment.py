@@ -41,10 +41,10 @@ def _first_line(*command: str) -> str:
     return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr) else ""
 
 
-async def describe(bench: "Bench", workload: Workload, plan: "Plan") -> dict[str, Any]:
+async def describe(bench: Bench, workload: Workload, plan: Plan) -> dict[str, Any]:
     version = await bench.kube.request("GET", "/version")
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gib": _memory_gib(),
                     "kernel": platform.release(), "load_average_at_end": os.getloadavg()},
         "versions": {"python": platform.python_version(), "kube-apiserver": version.get("gitVersion"),

@@ -9,9 +9,9 @@ Must run inside ``tools/netns-run`` (see ``make bench``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
-import asyncio
 import logging
 import sys
 import tempfile

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kfdef_operator.ssa.client import KubeClient
 
@@ -49,7 +50,7 @@ class EventStream:
         self._changed = asyncio.Condition()
         self._task: asyncio.Task | None = None
 
-    async def start(self) -> "EventStream":
+    async def start(self) -> EventStream:
         """List once (the resourceVersion to watch from), then watch in the background."""
         self._task = asyncio.create_task(self._run(await self._list_version()))
         await asyncio.sleep(0.2)  # let the watch request reach the server before the caller acts
@@ -113,7 +114,7 @@ class EventStream:
 
         try:
             return await asyncio.wait_for(wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(f"no {what} on {self._path} within {timeout:.0f}s") from None
 
     def latest(self, predicate: Callable[[Arrival], bool]) -> Arrival | None:

@@ -68,7 +68,7 @@ class Shape:
     components: int = 10
 
     @classmethod
-    def scaled(cls, scale: float) -> "Shape":
+    def scaled(cls, scale: float) -> Shape:
         """Every count times ``scale`` (at least 1 of each; at most 5 namespaces, 10 components)."""
         base = cls()
 

@@ -40,9 +40,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 FAKE_NODE_NAME = "kwok-node-0"
@@ -188,7 +188,7 @@ class ControlPlane:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         self.start()
         return self
 
@@ -205,7 +205,8 @@ class ControlPlane:
             )
         missing = [b for b in BINARIES if not (self.bin_dir / b).exists()]
         if missing:
-            raise ControlPlaneError(f"missing binaries in {self.bin_dir}: {', '.join(missing)}; run `make control-plane`")
+            raise ControlPlaneError(
+                f"missing binaries in {self.bin_dir}: {', '.join(missing)}; run `make control-plane`")
         if self.work_dir is None:
             base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
             self.work_dir = Path(tempfile.mkdtemp(prefix="kfdef-cp-", dir=base))
@@ -415,7 +416,8 @@ class ControlPlane:
 
     # -- HTTP helpers --------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: dict | None = None, *, ok: tuple[int, ...] = (200, 201)) -> dict | None:
+    def request(self, method: str, path: str, body: dict | None = None, *, ok: tuple[int, ...] = (200,
+                                                                                                  201)) -> dict | None:
         """One admin request to kube-apiserver; returns the decoded body, None on 404."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method, headers={

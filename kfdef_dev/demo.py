@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 
 from kfdef_dev.controlplane import ControlPlane, ControlPlaneError
-from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_dev.process import OperatorProcess
+from kfdef_operator.ssa.client import KubeApiError, KubeClient
 
 JSON = dict[str, Any]
 KFDEF_PATH = "/apis/kfdef.apps.kubeflow.org/v1/namespaces/kubeflow/kfdefs"
@@ -53,7 +53,8 @@ def run_demo(args: argparse.Namespace) -> int:
     root = args.repo_root.resolve()
     for needed in ("crds/kfdef.apps.kubeflow.org_kfdefs.yaml", "kfdefs/demo/kfdef.yaml"):
         if not (root / needed).exists():
-            print(f"error: {root / needed} not found; run from the repository root or pass --repo-root", file=sys.stderr)
+            print(f"error: {root / needed} not found; run from the repository root or pass --repo-root",
+                  file=sys.stderr)
             return 2
     work = Path(tempfile.mkdtemp(prefix="kfdef-demo-"))
     say("==> starting the embedded control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client, config, dynamic
@@ -27,7 +28,8 @@ def wait_for(check: Callable[[], T], *, timeout: float = 60.0, what: str = "cond
         except ApiException as error:
             last_error = error
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                                 + (f" (last error: {last_error})" if last_error else ""))
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
 
@@ -91,7 +93,8 @@ class Kube:
     def delete_namespace(self, name: str) -> None:
         self.delete("v1", "Namespace", name)
 
-    def wait_gone(self, api_version: str, kind: str, name: str, namespace: str | None = None, timeout: float = 60) -> None:
+    def wait_gone(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+                  timeout: float = 60) -> None:
         wait_for(lambda: not self.exists(api_version, kind, name, namespace), timeout=timeout,
                  what=f"{kind} {namespace + '/' if namespace else ''}{name} to be gone")
 

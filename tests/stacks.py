@@ -46,7 +46,8 @@ def write_package(root: Path, path: str, objects: list[JSON], *, overlays: dict[
                **content})
 
 
-def deployment(name: str, namespace: str | None = None, replicas: int = 1, image: str = "example.invalid/app:1") -> JSON:
+def deployment(name: str, namespace: str | None = None, replicas: int = 1,
+               image: str = "example.invalid/app:1") -> JSON:
     meta: JSON = {"name": name}
     if namespace:
         meta["namespace"] = namespace
@@ -91,7 +92,8 @@ def make_stack(tmp: Path, *, namespace: str | None = None, with_webhook: bool = 
     namespace = namespace or f"stack-{suffix}"
     group = f"s{suffix}.example.org"
     root = tmp / f"repo-{suffix}"
-    write_package(root, "common/namespace", [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
+    write_package(root, "common/namespace", [{"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": namespace}}])
     write_package(root, "crds", [crd(group, "Widget")])
     app_objects = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator", "namespace": namespace}},
@@ -116,7 +118,8 @@ def make_stack(tmp: Path, *, namespace: str | None = None, with_webhook: bool = 
                           "clientConfig": {"service": {"name": "operator", "namespace": namespace, "port": 443}},
                           "rules": [{"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"],
                                      "resources": ["widgets"]}]}]})
-    write_package(root, "app", app_objects, overlays={"application": {"commonLabels": {"app.kubernetes.io/part-of": "stack"}}},
+    write_package(root, "app", app_objects,
+                  overlays={"application": {"commonLabels": {"app.kubernetes.io/part-of": "stack"}}},
                   params={"mode": "default"})
     applications = [
         {"name": "namespace", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "common/namespace"}}},

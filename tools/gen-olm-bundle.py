@@ -146,7 +146,8 @@ def dump(obj: JSON) -> str:
 
 def bundle_dockerfile() -> str:
     labels = "".join(f"LABEL {key}={value}\n" for key, value in BUNDLE_ANNOTATIONS.items())
-    return (HEADER + "# Build from olm-bundle/: docker build -f bundle.Dockerfile -t <registry>/kfdef-operator-bundle:v<version> .\n"
+    return (HEADER + "# Build from olm-bundle/: "
+            "docker build -f bundle.Dockerfile -t <registry>/kfdef-operator-bundle:v<version> .\n"
             "FROM scratch\n\n" + labels + "\nCOPY manifests /manifests/\nCOPY metadata /metadata/\n")
 
 
@@ -173,7 +174,8 @@ def generate(output: Path, kustomize: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=ROOT / "olm-bundle", help="bundle directory (default %(default)s)")
+    parser.add_argument("--output", type=Path, default=ROOT / "olm-bundle",
+                        help="bundle directory (default %(default)s)")
     parser.add_argument("--kustomize", default=shutil.which("kustomize") or "kustomize",
                         help="kustomize binary (default: kustomize on PATH)")
     args = parser.parse_args(argv)

@@ -96,9 +96,9 @@ def _upgrade_rendered(rendered: list[RenderedApplication], served: upgrade.Serve
         raise BadInput(f"{len(exc.objects)} objects use API versions Kubernetes does not serve (--api-upgrade "
                        f"{policy}): " + "; ".join(item.describe() for item in exc.objects)) from None
     per_app: list[list[dict[str, Any]]] = [[] for _ in rendered]
-    for origin, obj in zip(result.origin, result.objects):
+    for origin, obj in zip(result.origin, result.objects, strict=True):
         per_app[flat[origin][0]].append(obj)
-    apps = [dataclasses.replace(app, objects=objects) for app, objects in zip(rendered, per_app)]
+    apps = [dataclasses.replace(app, objects=objects) for app, objects in zip(rendered, per_app, strict=True)]
     return apps, result
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from kfdef_operator import __version__
 from kfdef_operator.api.kfdef import InvalidKfDef
@@ -36,7 +37,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_buil
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one ``error:`` line (exit 2), like every other bad input."""
 
-    def error(self, message: str) -> "NoReturn":
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")
 
 

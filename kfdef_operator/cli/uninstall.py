@@ -18,8 +18,9 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, TextIO, TypeVar
+from typing import TextIO, TypeVar
 
 from kfdef_operator.api.kfdef import parse_duration
 from kfdef_operator.api.names import CRD_NAME, FINALIZER, GROUP, PLURAL, SUSPEND_ANNOTATION, VERSION, kfdef_path

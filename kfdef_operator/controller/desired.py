@@ -15,8 +15,8 @@ object on every reconcile.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from kfdef_operator.api.kfdef import KfDef
 from kfdef_operator.api.names import DIGEST_ANNOTATION
@@ -62,7 +62,8 @@ def crd_scopes(objects: Iterable[JSON]) -> dict[tuple[str, str], bool]:
         spec = obj.get("spec") or {}
         kind = str((spec.get("names") or {}).get("kind", ""))
         for version in spec.get("versions") or [{"name": spec.get("version")}]:
-            scopes[(f"{spec.get('group')}/{version.get('name')}", kind)] = spec.get("scope", "Namespaced") == "Namespaced"
+            scopes[(f"{spec.get('group')}/{version.get('name')}", kind)] = spec.get("scope",
+                                                                                    "Namespaced") == "Namespaced"
     return scopes
 
 

@@ -130,5 +130,5 @@ async def check_kfdef_api(kube: KubeClient, namespaces: list[str] | None = None,
                 raise ClusterError(f"not allowed to list KfDefs at {kube.host} ({error.message}): bind the operator's "
                                    "ClusterRole kfdef-operator (docs/deployment.md#rbac)") from None
             raise ClusterError(f"cannot list KfDefs at {kube.host}: {describe_api_error(error)}") from None
-        except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as error:
+        except (TimeoutError, OSError, aiohttp.ClientError) as error:
             raise ClusterError(_unreachable(kube.host, "", error)) from None

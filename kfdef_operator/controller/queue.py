@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class WorkQueue:
                 wake.clear()
                 try:
                     await asyncio.wait_for(wake.wait(), wait)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             if self._gate is not None and not self._gate.is_set():

@@ -25,13 +25,19 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Hashable, Iterable
+from typing import Any
 
 from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef, service_account_name
-from kfdef_operator.api.names import (API_UPGRADE_ANNOTATION, FINALIZER,
-                                      REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION, kfdef_path)
+from kfdef_operator.api.names import (
+    API_UPGRADE_ANNOTATION,
+    FINALIZER,
+    REQUESTED_AT_ANNOTATION,
+    SUSPEND_ANNOTATION,
+    kfdef_path,
+)
 from kfdef_operator.api.types import JSON
 from kfdef_operator.build.cache import RenderCache
 from kfdef_operator.build.isolated import IsolatedRender

@@ -16,11 +16,12 @@ Conditions follow the Kubernetes API conventions (no phases):
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
+
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.changeset import Change
-
 
 READY, RECONCILING, DEGRADED = "Ready", "Reconciling", "Degraded"
 MAX_FAILURES_LISTED = 50
@@ -28,7 +29,7 @@ MAX_MESSAGE = 1024
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def truncate(text: str, limit: int = MAX_MESSAGE, *, hint: str = "") -> str:

@@ -34,8 +34,8 @@ import asyncio
 import logging
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from kfdef_operator.api.names import RECONCILE_ANNOTATION, RECONCILE_DISABLED
 from kfdef_operator.api.types import JSON
@@ -235,7 +235,7 @@ class Healer:
             timeout = max(min(req.not_before for req in pending.values()) - now, 0.01)
             try:
                 await asyncio.wait_for(wake.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _heal_batch(self, stack: Stack, due: dict[ObjectRef, _Request]) -> None:

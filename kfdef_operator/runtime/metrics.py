@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily

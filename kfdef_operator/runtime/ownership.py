@@ -27,9 +27,17 @@ import json
 import re
 from dataclasses import dataclass
 
-from kfdef_operator.api.names import (ADOPTED_ANNOTATION, API_VERSION, DIGEST_ANNOTATION, FIELD_MANAGER,
-                                      INSTANCE_ANNOTATION, INSTANCE_LABEL, KIND, RECONCILE_ANNOTATION,
-                                      RECONCILE_DISABLED)
+from kfdef_operator.api.names import (
+    ADOPTED_ANNOTATION,
+    API_VERSION,
+    DIGEST_ANNOTATION,
+    FIELD_MANAGER,
+    INSTANCE_ANNOTATION,
+    INSTANCE_LABEL,
+    KIND,
+    RECONCILE_ANNOTATION,
+    RECONCILE_DISABLED,
+)
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.claims import Claim
 

@@ -145,7 +145,7 @@ class StatusWriter:
                     return True
                 log.error("%s: status not written: %s", stack.owner, error)
                 return False
-            except (OSError, asyncio.TimeoutError) as error:
+            except (TimeoutError, OSError) as error:
                 log.error("%s: status not written: %s", stack.owner, error or type(error).__name__)
                 return False
             stack.status.update(diff)

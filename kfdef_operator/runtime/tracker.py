@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from kfdef_operator.api.names import INSTANCE_LABEL
 from kfdef_operator.api.types import JSON

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import collections
 import enum
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.inventory import ObjectRef

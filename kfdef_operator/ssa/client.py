@@ -21,13 +21,15 @@ import collections
 import json
 import os
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import aiohttp
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
+
 from kfdef_operator.api.types import JSON
 
 T = TypeVar("T")
@@ -149,7 +151,7 @@ class KubeClient:
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, pool_size: int = 64,
-                      user_agent: str | None = None) -> "KubeClient":
+                      user_agent: str | None = None) -> KubeClient:
         """Credentials from ``kubeconfig``, else ``$KUBECONFIG``/``~/.kube/config``, else in-cluster.
 
         ``user_agent`` names this process in the API server's audit log and metrics.
@@ -254,7 +256,7 @@ class KubeClient:
                 response = await self._api.rest_client.request(
                     method, url, headers=headers, body=body, _request_timeout=timeout)
                 raw = await response.read()
-            except (OSError, asyncio.TimeoutError, aiohttp.ClientError):
+            except (TimeoutError, OSError, aiohttp.ClientError):
                 if method != "GET" or attempt == _MAX_ATTEMPTS - 1:
                     raise
                 await asyncio.sleep(_retry_delay(attempt, None))

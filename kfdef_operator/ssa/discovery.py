@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
 
-from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.api.types import JSON
-
+from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.ssa.inventory import ObjectRef
 
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 _MIN_REFRESH_INTERVAL_S = 1.0

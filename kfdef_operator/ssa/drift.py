@@ -26,7 +26,8 @@ _IGNORED_METADATA = frozenset({
 # Maps whose values are resource quantities, which the server stores in canonical form ("2000m" -> "2").
 _QUANTITY_MAPS = frozenset({"limits", "requests", "hard", "capacity", "allocatable", "overhead"})
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIX: dict[str | None, Decimal] = {None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10) ** 3,
+_SUFFIX: dict[str | None, Decimal] = {
+    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10) ** 3,
            "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15,
            "E": Decimal(10) ** 18, **{s: Decimal(2) ** (10 * (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti",
                                                                                            "Pi", "Ei"))}}

@@ -9,8 +9,10 @@ kind is ready once it exists.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from typing import cast
+
 from kfdef_operator.api.types import JSON
 
 

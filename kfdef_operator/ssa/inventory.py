@@ -7,8 +7,9 @@ An inventory entry is ``{"id": "<namespace>_<name>_<group>_<Kind>", "v": "<versi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+
 from kfdef_operator.api.types import JSON
 
 

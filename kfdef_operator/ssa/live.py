@@ -7,8 +7,9 @@ listing. Without one, everything is looked up.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import health
@@ -48,4 +49,5 @@ class LiveView(Protocol):
         """The object's summary, or None when it is absent or its kind is not watched."""
 
     def is_watched(self, group: str, kind: str, namespace: str = "") -> bool:
-        """Whether the cache holds every object of this kind (in ``namespace``), so None from :meth:`get` means absent."""
+        """Whether the cache holds every object of this kind (in ``namespace``), so None from :meth:`get` means
+        absent."""

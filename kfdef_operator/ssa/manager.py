@@ -39,8 +39,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import aggregation, ordering

@@ -17,7 +17,8 @@ then CRDs and finally Namespaces.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 PREREQUISITES = "prerequisites"
 RESOURCES = "resources"

@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.changeset import Action, Change

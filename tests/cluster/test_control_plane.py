@@ -70,7 +70,8 @@ def test_garbage_collector_deletes_dependents(kube, namespace):
     owner = kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": namespace}})
     kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
         "name": "dependent", "namespace": namespace,
-        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}],
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                             "uid": owner["metadata"]["uid"]}],
     }})
     kube.delete("v1", "ConfigMap", "owner", namespace)
     kube.wait_gone("v1", "ConfigMap", "dependent", namespace, timeout=60)
@@ -136,7 +137,8 @@ def test_webhook_to_a_service_fails_fast_without_leaving_loopback(kube, namespac
             "failurePolicy": "Fail", "timeoutSeconds": 10,
             "clientConfig": {"service": {"name": "hook", "namespace": namespace, "port": 443}},
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}],
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["configmaps"]}],
         }],
     })
     try:

@@ -78,7 +78,8 @@ def test_cluster_scoped_objects_are_recreated(deployed, kube):
 
 def test_many_deletes_at_once_are_all_healed(deployed, kube):
     ns = deployed.namespace
-    targets = [("v1", "Service", "operator"), ("v1", "ServiceAccount", "operator"), ("v1", "ConfigMap", "app-parameters"),
+    targets = [("v1", "Service", "operator"), ("v1", "ServiceAccount", "operator"),
+               ("v1", "ConfigMap", "app-parameters"),
                ("apps/v1", "Deployment", "operator"), (f"{deployed.group}/v1", "Widget", "sample")]
     uids = {t: _uid(kube, t[0], t[1], t[2], ns) for t in targets}
     for api_version, kind, name in targets:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kfdef_operator.runtime.ownership import DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL
-from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason, wait_ready
+from tests.cluster.conftest import KFDEF_API, wait_condition_reason, wait_ready
 from tests.kube import wait_for
 from tests.stacks import crd, write_package
 
@@ -185,7 +185,8 @@ def test_operator_restart_mid_apply_converges_and_an_unchanged_kfdef_writes_noth
              >= _kfdefs_in_cluster(kube), timeout=60, what="resume reconciles done")
     samples = operator.metrics()
     writes = {k: v for k, v in samples.items()
-              if k.startswith("kfdef_api_requests") and any(f'"{verb}"' in k for verb in ("POST", "PUT", "PATCH", "DELETE"))}
+              if k.startswith("kfdef_api_requests")
+              and any(f'"{verb}"' in k for verb in ("POST", "PUT", "PATCH", "DELETE"))}
     assert writes == {}, f"a restart over unchanged KfDefs must not write: {writes}"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator.api.names import (REQUESTED_AT_ANNOTATION, RECONCILE_ANNOTATION, SUSPEND_ANNOTATION)
+from kfdef_operator.api.names import RECONCILE_ANNOTATION, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason, wait_ready
 from tests.kube import wait_for
 from tests.operator_process import OperatorProcess
@@ -65,7 +65,8 @@ def test_a_fix_made_during_the_render_backoff_is_applied_at_once(operator, kube,
     wait_ready(kube, "fix", kfdef_namespace, timeout=20)
     assert time.monotonic() - started < 20
     status = kfdef_status(kube, "fix", kfdef_namespace)
-    assert status["observedGeneration"] == kube.get(KFDEF_API, "KfDef", "fix", kfdef_namespace)["metadata"]["generation"]
+    assert status["observedGeneration"] == kube.get(KFDEF_API, "KfDef", "fix",
+                                                    kfdef_namespace)["metadata"]["generation"]
     assert condition(kube, "fix", kfdef_namespace, "Degraded")["status"] == "False"
 
 
@@ -109,7 +110,7 @@ def test_a_heal_that_failed_and_then_succeeded_makes_the_kfdef_ready_again(opera
              timeout=30, what="drift on the healed object corrected")
 
 
-# -- 3. Degraded from a fight goes once the fight is over ---------------------------------------------------------------
+# -- 3. Degraded from a fight goes once the fight is over --------------------------------------------------------------
 
 def test_degraded_from_a_fight_clears_when_the_fight_is_over(operator, kube, kfdef_namespace, tmp_path):
     repo = tmp_path / "repo"
@@ -171,7 +172,7 @@ def test_no_status_reports_a_generation_done_before_it_is_applied(operator, kube
         wait_for(lambda: condition(kube, "early", kfdef_namespace, "Reconciling").get("status") == "True",
                  timeout=30, what="generation 2 under way")
         # ... while objects of the stack change, which re-evaluates readiness from watch events.
-        for round_ in range(3):
+        for _round in range(3):
             kube.delete("v1", "ConfigMap", "b", kfdef_namespace)
             wait_for(lambda: kube.get("v1", "ConfigMap", "b", kfdef_namespace), timeout=20, what="b healed")
             time.sleep(0.5)  # the readiness refresh is coalesced over 0.2 s: give it the chance to write
@@ -210,7 +211,8 @@ def restricted_operator_kubeconfig(kube, control_plane, tmp_path: Path, namespac
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "update", "delete"]},
     ]
-    kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "restricted", "namespace": namespace}})
+    kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "restricted",
+                                                                           "namespace": namespace}})
     kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                 "metadata": {"name": f"restricted-{suffix}"}, "rules": rules})
     kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

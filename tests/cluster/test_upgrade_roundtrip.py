@@ -17,8 +17,8 @@ import copy
 import re
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml

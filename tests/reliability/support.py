@@ -12,15 +12,15 @@ import subprocess
 import tarfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from kfdef_operator.ssa.inventory import ObjectRef, split_api_version
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
+from kfdef_operator.ssa.inventory import ObjectRef, split_api_version
 from tests.cluster.conftest import KFDEF_API
 from tests.cluster.test_reconciler import stack_objects
 from tests.kube import Kube, wait_for

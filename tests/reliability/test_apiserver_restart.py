@@ -89,7 +89,8 @@ def test_compacted_etcd_expires_watches_and_they_relist(operator, control_plane,
     heal, edit = _heal_and_edit_work(kube, deployed, kfdef_namespace, "after-compaction")
     text = log.text()
     expired = text.count(" expired (") + text.count(": 410 ")
-    assert expired >= 1, f"no watch of the operator saw 410 Gone after compaction at revision {revision}:\n{text[-3000:]}"
+    assert expired >= 1, \
+        f"no watch of the operator saw 410 Gone after compaction at revision {revision}:\n{text[-3000:]}"
     assert "Traceback" not in text, text[-5000:]
     reliability.figure("watches that got 410 Gone and relisted", expired)
     reliability.figure("s to heal", round(heal, 2))

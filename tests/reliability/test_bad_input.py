@@ -60,7 +60,8 @@ def test_schema_violations_are_refused_by_the_crd_with_the_field(kfdef_crd, kube
     """Schema-violating KfDef refused by the CRD's validation"""
     spec, field = SCHEMA_VIOLATIONS[case]
     with pytest.raises(ApiException) as caught:
-        kube.resource(KFDEF_API, "KfDef").create(body=_kfdef("schema", kfdef_namespace, spec), namespace=kfdef_namespace)
+        kube.resource(KFDEF_API, "KfDef").create(body=_kfdef("schema", kfdef_namespace, spec),
+                                                 namespace=kfdef_namespace)
     assert caught.value.status == 422, caught.value
     assert field in caught.value.body, caught.value.body
     assert not kube.exists(KFDEF_API, "KfDef", "schema", kfdef_namespace)
@@ -277,8 +278,8 @@ def test_generated_specs_never_crash_or_stall_the_operator(operator, kube, kfdef
                 repo = tmp_path / "fuzz" / name
                 _write_fuzz_repo(repo, name)
                 try:
-                    obj = kube.resource(api_version, "KfDef").create(
-                        body=_kfdef(name, ns, _materialise(spec, repo, server.port), api_version), namespace=ns).to_dict()
+                    body = _kfdef(name, ns, _materialise(spec, repo, server.port), api_version)
+                    obj = kube.resource(api_version, "KfDef").create(body=body, namespace=ns).to_dict()
                 except ApiException as error:
                     assert 400 <= error.status < 500, f"spec {index} broke the API server: {error}"
                     assert "spec" in (error.body or ""), error.body
@@ -320,7 +321,8 @@ def test_generated_specs_never_crash_or_stall_the_operator(operator, kube, kfdef
     reliability.figure("seed", FUZZ_SEED)
     reliability.figure("rejected at admission", sum(rejected.values()))
     reliability.figure("terminal conditions", dict(sorted(outcomes.items())))
-    reliability.figure(f"median s for a batch of {FUZZ_BATCH} to settle", round(sorted(settle_times)[len(settle_times) // 2], 1))
+    reliability.figure(f"median s for a batch of {FUZZ_BATCH} to settle",
+                       round(sorted(settle_times)[len(settle_times) // 2], 1))
     reliability.figure("operator crashes / stuck reconciles", 0)
 
 
@@ -371,7 +373,8 @@ def test_a_namespace_scoped_operator_does_not_touch_other_namespaces(operator, c
     """A namespace-scoped operator and a manifest aimed at a namespace outside its scope"""
     other = f"{kfdef_namespace}-other"
     kube.create_namespace(other)
-    write_package(tmp_path / "repo", "inside", [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "inside"}}])
+    write_package(tmp_path / "repo", "inside", [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                 "metadata": {"name": "inside"}}])
     write_package(tmp_path / "repo", "outside", [{"apiVersion": "v1", "kind": "ConfigMap",
                                                   "metadata": {"name": "outside"}}])
     stack = Stack(tmp_path / "repo", "", kfdef_namespace, "", [

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
+from tests.cluster.conftest import wait_condition_reason
 from tests.kube import wait_for
 from tests.reliability.support import TarballServer, condition, delete_kfdefs, kfdef, wait_ready
 from tests.stacks import Stack, write_package
@@ -104,7 +104,8 @@ def test_generators_cannot_read_the_operators_files_or_fetch_internal_urls(opera
         for name, (source, _) in attacks.items():
             obj = wait_condition_reason(kube, f"{mode}-{name}", ns, "Degraded", "True", "RenderFailed", timeout=90)
             message = condition(obj, "Degraded")["message"]
-            expected = "is remote; remote bases and URLs are refused" if name == "url" else "leads outside the repository"
+            expected = ("is remote; remote bases and URLs are refused" if name == "url"
+                        else "leads outside the repository")
             assert f"configMapGenerator[0].files[0] '{source}' {expected}" in message, (mode, name, message)
             messages[name] = message
     for name, (_, proof) in attacks.items():
@@ -138,8 +139,9 @@ def test_a_patch_target_name_cannot_write_outside_the_kfdefs_work_directory(oper
     attacker_root = tmp_path / "attacker"
     _package(attacker_root, "app", {"resources": ["cm.yaml"]},
              **{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: attacker}\n"})
-    _write(attacker_root / "app" / "overlays" / "x" / "kustomization.yaml", {"bases": ["../../base"], "patchesJson6902": [
-        {"target": {"version": "v1", "kind": "configmap", "name": climb}, "path": "inject.yaml"}]})
+    _write(attacker_root / "app" / "overlays" / "x" / "kustomization.yaml", {
+        "bases": ["../../base"],
+        "patchesJson6902": [{"target": {"version": "v1", "kind": "configmap", "name": climb}, "path": "inject.yaml"}]})
     _write(attacker_root / "app" / "overlays" / "x" / "inject.yaml", injected)
     kube.apply(_kfdef("attacker", ns, attacker_root, overlays=("x",)))
     wait_for(lambda: _settled(kfdef(kube, "attacker", ns)), timeout=90, what="the attacker's KfDef rendered")

@@ -20,8 +20,18 @@ import pytest
 
 from tests.cluster.test_reconciler import stack_objects
 from tests.kube import wait_for
-from tests.reliability.support import (condition, delete_kfdefs, expected_ids, instance_label, is_converged, kfdef,
-                                       labelled_objects, median, stack_kinds, wait_converged)
+from tests.reliability.support import (
+    condition,
+    delete_kfdefs,
+    expected_ids,
+    instance_label,
+    is_converged,
+    kfdef,
+    labelled_objects,
+    median,
+    stack_kinds,
+    wait_converged,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -153,7 +163,7 @@ def test_sigkill_during_teardown_releases_the_finalizer_and_leaves_nothing(opera
                else "before start"] += 1
         _restart(operator)
     started = time.monotonic()
-    for name, stack in stacks.items():
+    for name in stacks:
         kube.wait_gone("kfdef.apps.kubeflow.org/v1", "KfDef", name, kfdef_namespace, timeout=120)
     all_gone = time.monotonic() - started
     for name, stack in stacks.items():
@@ -164,7 +174,8 @@ def test_sigkill_during_teardown_releases_the_finalizer_and_leaves_nothing(opera
     reliability.figure("kills mid-teardown", phases["mid-teardown"])
     reliability.figure("other kill points", dict(sorted((k, v) for k, v in phases.items() if k != "mid-teardown")))
     reliability.figure("s from the last restart until every KfDef was gone", round(all_gone, 1))
-    assert phases["mid-teardown"] >= MIN_KILLS, f"only {phases['mid-teardown']} kills landed mid-teardown: {dict(phases)}"
+    assert phases["mid-teardown"] >= MIN_KILLS, \
+        f"only {phases['mid-teardown']} kills landed mid-teardown: {dict(phases)}"
 
 
 def test_kfdef_deleted_while_the_operator_is_down_after_a_partial_apply_leaves_no_orphans(

@@ -85,7 +85,8 @@ def test_rejected_objects_are_reported_per_object_and_the_rest_lands(operator, k
         except AssertionError as error:
             raise AssertionError(f"{error}; status: {seen}") from None
         failures = {f["object"]: f["message"] for f in status["failures"]}
-        assert "spec.ports[0].port" in failures[f"Service {ns}/bad-port"] and "70000" in failures[f"Service {ns}/bad-port"]
+        bad_port = failures[f"Service {ns}/bad-port"]
+        assert "spec.ports[0].port" in bad_port and "70000" in bad_port
         for name, (_, words) in REJECTED_CONFIGMAPS.items():
             assert words in failures[f"ConfigMap {ns}/{name}"], failures
         summary = status["summary"]

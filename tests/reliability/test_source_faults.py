@@ -54,7 +54,7 @@ def test_source_faults_are_reported_retried_and_recovered(operator, kube, kfdef_
 
     generations, degraded_after = {}, {}
     started = time.monotonic()
-    for fault, (name, stack, uri) in stacks.items():
+    for fault, (name, _, _) in stacks.items():
         obj = wait_condition_reason(kube, name, kfdef_namespace, "Degraded", "True", "SourceFailed", timeout=90)
         degraded_after[fault] = time.monotonic() - started
         message = condition(obj, "Degraded")["message"]
@@ -65,7 +65,7 @@ def test_source_faults_are_reported_retried_and_recovered(operator, kube, kfdef_
     # Transient faults were retried inside the fetch with a doubling pause (1 s, 2 s, 4 s) before giving up.
     hits = routes["HTTP 500"].hits
     assert len(hits) >= 4, hits
-    gaps = [b - a for a, b in zip(hits, hits[1:4])]
+    gaps = [b - a for a, b in zip(hits, hits[1:4], strict=False)]
     assert gaps[0] >= 0.9 and gaps[1] >= 1.9 and gaps[2] >= 3.9, f"no backoff between attempts: {gaps}"
     assert len(routes["HTTP 404"].hits) == 1 or routes["HTTP 404"].hits[1] - routes["HTTP 404"].hits[0] >= 4.5, \
         "a 404 is not retried within a fetch, only by the operator's backoff"
@@ -80,7 +80,7 @@ def test_source_faults_are_reported_retried_and_recovered(operator, kube, kfdef_
         server.release.set()
         back = time.monotonic()
         recovery = {}
-        for fault, (name, stack, _) in stacks.items():
+        for fault, (name, _, _) in stacks.items():
             obj = wait_ready(kube, name, kfdef_namespace, timeout=120)
             recovery[fault] = time.monotonic() - back
             assert obj["metadata"]["generation"] == generations[fault], "the KfDef was not touched"

@@ -51,7 +51,8 @@ def test_stuck_deletions_are_reported_and_teardown_finishes_when_they_clear(oper
         inventory = {e["id"] for e in obj["status"]["inventory"]["entries"]}
         assert {f"{ns}_app-parameters__ConfigMap", f"_{ns}__Namespace"} <= inventory, inventory
         wait_for(lambda: any(e.reason == "TeardownStuck" and "app-parameters" in e.message for e in
-                             kube.core.list_namespaced_event(kfdef_namespace, field_selector="involvedObject.name=stuck")
+                             kube.core.list_namespaced_event(kfdef_namespace,
+                                                             field_selector="involvedObject.name=stuck")
                              .items), timeout=15, what="a TeardownStuck Event")
     finally:
         kube.core.patch_namespaced_config_map("app-parameters", ns, {"metadata": {"finalizers": None}})

@@ -296,4 +296,5 @@ def test_a_kfdef_acts_only_as_an_existing_service_account_of_its_own_namespace(p
     finally:
         process.stop()
     reliability.figure("refusals", "ServiceAccountNotFound (missing; the operator's name), InvalidSpec (elsewhere)")
-    reliability.figure("ServiceAccount gone at teardown", "nothing deleted by the operator; dependents left to the garbage collector, Orphaned event")
+    reliability.figure("ServiceAccount gone at teardown",
+                       "nothing deleted by the operator; dependents left to the garbage collector, Orphaned event")

@@ -10,8 +10,13 @@ import pytest
 import yaml
 
 from kfdef_operator.build import confinement, safe_yaml
-from kfdef_operator.build.confinement import (LOAD_RESTRICTIONS_NONE, LOAD_RESTRICTIONS_ROOT_ONLY, is_remote,
-                                              path_segment, walk)
+from kfdef_operator.build.confinement import (
+    LOAD_RESTRICTIONS_NONE,
+    LOAD_RESTRICTIONS_ROOT_ONLY,
+    is_remote,
+    path_segment,
+    walk,
+)
 
 REF = "{ref}"
 
@@ -100,7 +105,8 @@ def test_each_file_reference_leaving_the_tree_is_refused(tree, name, content, fi
 
 
 @pytest.mark.parametrize("name, content, field_name", FILE_FIELDS, ids=[f[0] for f in FILE_FIELDS])
-@pytest.mark.parametrize("ref", ["inside.yaml", "../common/shared.yaml"], ids=["own directory", "elsewhere in the tree"])
+@pytest.mark.parametrize("ref", ["inside.yaml", "../common/shared.yaml"], ids=["own directory",
+                                                                               "elsewhere in the tree"])
 def test_each_file_reference_inside_the_tree_is_accepted(tree, name, content, field_name, ref):
     found = check(tree, kustomization(tree, content, ref, field_name))
     assert found.violations == []
@@ -228,7 +234,8 @@ KUBEFLOW_V1_2 = ["namespaces/base", "application/v3", "stacks/kubernetes/applica
                  "stacks/kubernetes/application/cluster-local-gateway-1-3-1", "istio/istio/base",
                  "stacks/kubernetes/application/cert-manager-crds",
                  "stacks/kubernetes/application/cert-manager-kube-system-resources",
-                 "stacks/kubernetes/application/cert-manager", "stacks/kubernetes/application/add-anonymous-user-filter",
+                 "stacks/kubernetes/application/cert-manager",
+                 "stacks/kubernetes/application/add-anonymous-user-filter",
                  "metacontroller/base", "admission-webhook/bootstrap/overlays/application",
                  "stacks/kubernetes/application/spark-operator", "stacks/kubernetes", "knative/installs/generic",
                  "kfserving/installs/generic", "stacks/kubernetes/application/spartakus"]

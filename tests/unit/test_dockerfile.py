@@ -199,6 +199,7 @@ def test_the_image_serves_the_in_cluster_sample_from_a_local_source_root() -> No
     assert f"uri: file://{destination}\n" in sample
     assert destination.startswith(env["KFDEF_LOCAL_SOURCE_ROOTS"] + "/")
     # deploy/ passes operator.env as envFrom, which wins over the image's ENV even when empty.
-    operator_env = dict(line.split("=", 1) for line in (DOCKERFILE.parent / "deploy" / "common" / "operator.env").read_text()
-                        .splitlines() if line and not line.startswith("#"))
+    env_file = DOCKERFILE.parent / "deploy" / "common" / "operator.env"
+    operator_env = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
+                        if line and not line.startswith("#"))
     assert env["KFDEF_LOCAL_SOURCE_ROOTS"] in operator_env["KFDEF_LOCAL_SOURCE_ROOTS"].split(":")

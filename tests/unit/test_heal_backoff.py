@@ -85,9 +85,9 @@ def test_delay_depends_only_on_heals_inside_the_window(ages_from_start):
 
 
 def _stack_with(*objects):
-    from kfdef_operator.ssa.inventory import ref_of
     from kfdef_operator.runtime.ownership import Owner
     from kfdef_operator.runtime.stack import Stack
+    from kfdef_operator.ssa.inventory import ref_of
     stack = Stack(owner=Owner("kf", "kubeflow", "u"), generation=1)
     stack.desired = {ref_of(obj): obj for obj in objects}
     return stack

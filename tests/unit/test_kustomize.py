@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from kfdef_operator.build import kustomize
-from kfdef_operator.build.kustomize import (PINNED_VERSION, KustomizeBinary, KustomizeError, build, find_kustomize,
-                                      parse_objects)
+from kfdef_operator.build.kustomize import (
+    PINNED_VERSION,
+    KustomizeBinary,
+    KustomizeError,
+    build,
+    find_kustomize,
+    parse_objects,
+)
 
 MANIFESTS = Path(__file__).parent.parent / "fixtures" / "manifests"
 

@@ -9,8 +9,16 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kfdef_operator.api.kfdef import (Application, InvalidKfDef, KustomizeConfig, Parameter, RepoRef, parse_kfdef,
-                                  project_of, service_account_name)
+from kfdef_operator.api.kfdef import (
+    Application,
+    InvalidKfDef,
+    KustomizeConfig,
+    Parameter,
+    RepoRef,
+    parse_kfdef,
+    project_of,
+    service_account_name,
+)
 from kfdef_operator.ssa.schema import validate
 
 KFDEFS = Path(__file__).parent.parent / "fixtures" / "kfdefs"
@@ -169,7 +177,8 @@ def all_schemas(schema: dict):
 
 def test_crd_identity_versions_and_columns():
     crd = yaml.safe_load(CRD.read_text())
-    assert crd["apiVersion"] == "apiextensions.k8s.io/v1" and crd["metadata"]["name"] == "kfdefs.kfdef.apps.kubeflow.org"
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["metadata"]["name"] == "kfdefs.kfdef.apps.kubeflow.org"
     assert crd["spec"]["names"] == {"kind": "KfDef", "listKind": "KfDefList", "plural": "kfdefs", "singular": "kfdef"}
     assert crd["spec"]["scope"] == "Namespaced"
     v1, v1beta1 = crd["spec"]["versions"]

@@ -30,7 +30,8 @@ def bundle_files(root: Path) -> dict[str, str]:
 def olm_validate() -> Path:
     explicit = os.environ.get("KFDEF_OLM_VALIDATE")
     path = Path(explicit) if explicit else Path(subprocess.run(
-        [ROOT / "tools" / "build-olm-validate.sh", "--path"], check=True, capture_output=True, text=True).stdout.strip())
+        [ROOT / "tools" / "build-olm-validate.sh", "--path"],
+        check=True, capture_output=True, text=True).stdout.strip())
     if not os.access(path, os.X_OK):
         pytest.fail(f"no olm-validate binary at {path}: run `make olm-validate` (needs Go and the module proxy)")
     return path
@@ -86,7 +87,8 @@ def test_every_install_mode_is_supported_with_rbac_olm_scopes_to_the_target_name
     spec = deployment["spec"]
     assert spec["replicas"] == 2 and spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     env = {e["name"]: e for e in spec["template"]["spec"]["containers"][0]["env"]}
-    assert env["WATCH_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['olm.targetNamespaces']"
+    field_path = env["WATCH_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field_path == "metadata.annotations['olm.targetNamespaces']"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     budget = yaml.safe_load((BUNDLE / "manifests" / "kfdef-operator_policy_v1_poddisruptionbudget.yaml").read_text())
     assert budget["spec"]["minAvailable"] == 1

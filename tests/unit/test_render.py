@@ -13,12 +13,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kfdef_operator.api.kfdef import KfDef, Parameter, parse_kfdef
 from kfdef_operator.build.confinement import LOAD_RESTRICTIONS_NONE
 from kfdef_operator.build.kustomize import build
-from kfdef_operator.api.kfdef import KfDef, Parameter, parse_kfdef
-from kfdef_operator.build.render import (NAMESPACE_TRANSFORMER_FILE, RenderError, drop_numeric_field_specs,
-                                   for_kustomize_v5, generate_name_suffix, merge_package, render,
-                                   rewrite_params_env)
+from kfdef_operator.build.render import (
+    NAMESPACE_TRANSFORMER_FILE,
+    RenderError,
+    drop_numeric_field_specs,
+    for_kustomize_v5,
+    generate_name_suffix,
+    merge_package,
+    render,
+    rewrite_params_env,
+)
 from kfdef_operator.source.resolve import ResolvedSource
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -157,8 +164,9 @@ def test_json6902_patches_are_aggregated_per_target_name_and_kind():
                                                 {"target": {**target, "kind": "Service"}, "path": "s.yaml"}]}),
         ("b", {"bases": [], "patchesJson6902": [{"target": target, "path": "p.yaml"},
                                                 {"target": target, "path": "p.yaml"}]})], [], "ns")
-    assert merged.kustomization["patchesJson6902"] == [{"target": target, "path": "d-Deployment.yaml"},
-                                                       {"target": {**target, "kind": "Service"}, "path": "d-Service.yaml"}]
+    assert merged.kustomization["patchesJson6902"] == [
+        {"target": target, "path": "d-Deployment.yaml"},
+        {"target": {**target, "kind": "Service"}, "path": "d-Service.yaml"}]
     assert merged.json6902_files == {"d-Deployment.yaml": ["overlays/a/p.yaml", "overlays/b/p.yaml"],
                                      "d-Service.yaml": ["overlays/a/s.yaml"]}
 
@@ -208,7 +216,8 @@ def test_namespace_objects_of_legacy_packages_keep_their_names(legacy):
     _, rendered = legacy
     istio = rendered[0]
     assert set(by_kind(istio, "Namespace")) == {"istio-system", "knative-serving"}
-    assert by_kind(istio, "ServiceAccount")["istio-ingressgateway-service-account"]["metadata"]["namespace"] == "istio-system"
+    gateway = by_kind(istio, "ServiceAccount")["istio-ingressgateway-service-account"]
+    assert gateway["metadata"]["namespace"] == "istio-system"
 
 
 def test_plain_entry_points_build_exactly_as_kustomize_does(legacy):
@@ -271,7 +280,8 @@ def test_legacy_params_overlays_and_patches_land_in_objects(legacy):
     suffix = generate_name_suffix(kfdef, "argo")
     assert argo_params == {"containerRuntimeExecutor": "pns", "generateName": f"run-{suffix}", "appName": "kubeflow",
                            "namespace": "kubeflow", "project": "", "unrelated": "keep-me"}
-    assert "containerRuntimeExecutor: pns" in by_kind(argo, "ConfigMap")["workflow-controller-configmap"]["data"]["config"]
+    assert "containerRuntimeExecutor: pns" in by_kind(argo,
+                                                      "ConfigMap")["workflow-controller-configmap"]["data"]["config"]
     assert by_kind(argo, "Deployment")["workflow-controller"]["metadata"]["annotations"] == {
         "kubeflow.org/run-name": f"run-{suffix}"}
     assert by_kind(argo, "Secret")  # from the istio overlay's secretGenerator
@@ -309,16 +319,16 @@ def write_kfdef(app: dict) -> KfDef:
 
 
 def test_overlay_without_bases_includes_the_overlay_dir(tmp_path):
-    kfdef = write_kfdef({"name": "dash", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "centraldashboard"},
-                                                             "overlays": ["extra"]}})
+    kfdef = write_kfdef({"name": "dash", "kustomizeConfig": {
+        "repoRef": {"name": "manifests", "path": "centraldashboard"}, "overlays": ["extra"]}})
     [app] = render(kfdef, local_sources(), tmp_path)
     assert sorted((o["kind"], o["metadata"]["namespace"]) for o in app.objects) == [
         ("ConfigMap", "kubeflow"), ("Service", "kubeflow")]
 
 
 def test_missing_overlay_is_an_error_naming_the_available_ones(tmp_path):
-    kfdef = write_kfdef({"name": "jwa", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "jupyter/jupyter-web-app"},
-                                                            "overlays": ["istio", "gcp"]}})
+    kfdef = write_kfdef({"name": "jwa", "kustomizeConfig": {
+        "repoRef": {"name": "manifests", "path": "jupyter/jupyter-web-app"}, "overlays": ["istio", "gcp"]}})
     with pytest.raises(RenderError, match=r"overlay 'gcp' does not exist .*available: application, istio") as caught:
         render(kfdef, local_sources(), tmp_path)
     assert caught.value.application == "jwa"
@@ -329,7 +339,8 @@ def test_broken_kustomization_surfaces_kustomize_stderr_and_all_failures(tmp_pat
         "repos": [{"name": "manifests", "uri": "/unused"}],
         "applications": [{"name": "ok", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "argo"}}},
                          {"name": "broken", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "broken"}}},
-                         {"name": "nowhere", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "no/such"}}}]}})
+                         {"name": "nowhere",
+                          "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "no/such"}}}]}})
     with pytest.raises(RenderError) as caught:
         render(kfdef, local_sources(), tmp_path)
     assert caught.value.application == "broken"

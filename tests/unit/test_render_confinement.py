@@ -48,7 +48,8 @@ def sources(root: Path) -> dict[str, ResolvedSource]:
 
 def base(root: Path, **fields) -> None:
     write(root / "pkg" / "base" / "kustomization.yaml",
-          {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["cm.yaml"], **fields})
+          {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["cm.yaml"],
+           **fields})
 
 
 def rendered_text(rendered) -> str:

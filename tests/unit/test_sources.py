@@ -10,9 +10,9 @@ import io
 import re
 import tarfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import git
 import pytest
@@ -153,7 +153,8 @@ def test_tarball_resolves_to_its_single_top_level_folder(server, cache):
     assert resolved.local_path.name == "manifests-1.0"
     assert resolved.revision.startswith("sha256:") and len(resolved.revision) == 71
     assert (resolved.local_path / "argo/base/kustomization.yaml").read_text() == "resources: []  # v1\n"
-    assert (resolved.local_path / "argo/link").resolve() == (resolved.local_path / "argo/base/kustomization.yaml").resolve()
+    root = resolved.local_path
+    assert (root / "argo/link").resolve() == (root / "argo/base/kustomization.yaml").resolve()
     assert (resolved.local_path / "argo/hard").read_bytes() == b"#!/bin/sh\n"
     assert (resolved.local_path / "hack/run.sh").stat().st_mode & 0o111
 

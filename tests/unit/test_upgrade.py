@@ -369,7 +369,8 @@ _leaves = st.fixed_dictionaries({}, optional={
     "default": st.integers(), "required": st.lists(_names, max_size=2), "$ref": st.just("#/x"),
     "x-kubernetes-preserve-unknown-fields": st.booleans(), "x-kubernetes-int-or-string": st.booleans(),
     "x-kubernetes-embedded-resource": st.booleans(), "x-kubernetes-list-type": st.sampled_from(["map", "set", "x"]),
-    "x-kubernetes-list-map-keys": st.lists(_names, max_size=2), "x-kubernetes-map-type": st.sampled_from(["atomic", "x"]),
+    "x-kubernetes-list-map-keys": st.lists(_names, max_size=2), "x-kubernetes-map-type": st.sampled_from(["atomic",
+                                                                                                          "x"]),
     "x-unknown": st.integers(),
 })
 
