@@ -4,7 +4,7 @@ Rendering a Kubeflow stack runs kustomize over hundreds of objects (seconds);
 an operator restart re-reconciles every KfDef. The result of a render is
 fully determined by the KfDef (spec, name, namespace, uid), the revisions of
 its sources, the renderer's settings (the kustomize binary, the remote-bases
-policy) and this operator's version, so it is stored under a digest of those,
+policy), this operator's version and the build code itself, so it is stored under a digest of those,
 one file per KfDef (the latest render only). A missing, stale, unreadable or
 malformed entry just means rendering again: entries are JSON, checked field by
 field (:func:`applications_from_json`) like the answer of a render process.
@@ -33,6 +33,19 @@ log = logging.getLogger(__name__)
 Renderer = Callable[[KfDef, Mapping[str, ResolvedSource], Path], list[RenderedApplication]]
 
 
+def code_digest(package: Path) -> str:
+    """Digest of a package's Python files, so that a render by changed code (a development build, a patched
+    image with the same version) is never served from the cache of the old one."""
+    digest = hashlib.sha256()
+    for path in sorted(package.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+#: The build layer's own code, read once: part of every render key.
+BUILD_CODE = code_digest(Path(__file__).parent)
+
+
 def render_key(body: JSON, sources: Mapping[str, ResolvedSource], settings: str) -> str:
     """Digest of everything a render depends on; ``settings`` describes the renderer's own."""
     meta = body.get("metadata") or {}
@@ -41,6 +54,7 @@ def render_key(body: JSON, sources: Mapping[str, ResolvedSource], settings: str)
         "kfdef": [meta.get("namespace"), meta.get("name"), meta.get("uid")],
         "revisions": sorted((s.name, s.revision, str(s.local_path)) for s in sources.values()),
         "operator": __version__,
+        "build_code": BUILD_CODE,
         "renderer": settings,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()

@@ -271,7 +271,28 @@ def _request(repo: Repo, session: requests.Session, url: str, previous: str | No
                                                "signs this server, set KFDEF_CA_BUNDLE") from None
     except (requests.ConnectionError, requests.Timeout, OSError) as exc:
         deadline.check()
+        unresolved = _name_resolution_error(exc)
+        if unresolved is not None:  # retrying at once would only ask the resolver again: later, with backoff
+            host = urlsplit(url).hostname
+            raise SourceError(repo.name, repo.uri, f"cannot resolve {host}{via}: {unresolved}; check the host name "
+                                                   "and the cluster's DNS", transient=True) from None
         raise _Retryable(f"{type(exc).__name__}{via}: {exc}") from None
+
+
+def _name_resolution_error(error: BaseException) -> socket.gaierror | None:
+    """The DNS failure behind a connection error (urllib3 wraps it a few levels deep), if that is what it was."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror):
+            return current
+        pending += [current.__cause__, current.__context__, *(a for a in current.args if isinstance(a, BaseException)),
+                    getattr(current, "reason", None)]
+    return None
 
 
 def _credentials_for(url: str, source: str) -> tuple[str, str] | None:

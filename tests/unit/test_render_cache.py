@@ -6,11 +6,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
 from kfdef_operator.api.kfdef import parse_kfdef
+from kfdef_operator.build import cache as cache_module
 from kfdef_operator.build.cache import RenderCache, applications_from_json
 from kfdef_operator.build.render import render
 from tests.unit.test_render import FIXTURES, local_sources
@@ -69,6 +72,24 @@ def test_other_renderer_settings_render_again(tmp_path):
     other._renderer = cache._renderer
     other.render(body(), parse_kfdef(body()), local_sources(), tmp_path / "work")
     assert len(calls) == 2
+
+
+def test_a_render_by_other_build_code_renders_again(tmp_path, monkeypatch):
+    """A patched or development build of the same version never serves the old code's renders."""
+    cache, calls = counting_cache(tmp_path)
+    cache.render(body(), parse_kfdef(body()), local_sources(), tmp_path / "work")
+    monkeypatch.setattr(cache_module, "BUILD_CODE", "another build")
+    cache.render(body(), parse_kfdef(body()), local_sources(), tmp_path / "work")
+    assert len(calls) == 2
+
+
+def test_the_build_code_digest_follows_every_module(tmp_path):
+    package = tmp_path / "build"
+    shutil.copytree(Path(cache_module.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = cache_module.code_digest(package)
+    assert before == cache_module.BUILD_CODE
+    (package / "render.py").write_text((package / "render.py").read_text() + "\n# patched\n")
+    assert cache_module.code_digest(package) != before
 
 
 @pytest.mark.parametrize("tamper", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import socket
 import re
 import tarfile
 import threading
@@ -206,6 +207,24 @@ def test_5xx_is_retried_then_reported_as_transient(server, cache):
     assert caught.value.transient and len(server.hits["/down.tgz"]) == 3
 
 
+def test_a_name_that_does_not_resolve_is_transient_and_not_retried_at_once(cache, monkeypatch):
+    """Asking the resolver again a moment later rarely helps: the reconcile's backoff retries it instead."""
+    lookups = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == "no-such-host.invalid":
+            lookups.append(host)
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    with pytest.raises(SourceError, match="cannot resolve no-such-host.invalid.*DNS") as caught:
+        fetch("https://no-such-host.invalid/manifests.tgz", cache)
+    assert caught.value.transient
+    assert lookups == ["no-such-host.invalid"], "retried within the fetch"
+
+
 def test_read_timeout_is_transient(server, cache):
     server.routes["/slow.tgz"] = Route(stall=True)
     options = replace(FAST, read_timeout=0.2, retries=0)
@@ -267,10 +286,10 @@ HOSTILE = {
     "symlink-absolute": (lambda a: add_special(a, "top/link", tarfile.SYMTYPE, "/etc/passwd"), "points outside"),
     "symlink-escape": (lambda a: add_special(a, "top/link", tarfile.SYMTYPE, "../../etc"), "points outside"),
     "symlink-chain": (lambda a: (add_special(a, "d/x", tarfile.SYMTYPE, "../e"), add_special(a, "e/", tarfile.DIRTYPE),
-                                 add_special(a, "d/y", tarfile.SYMTYPE, "x/../../outside")), "resolves outside"),
+                                 add_special(a, "d/y", tarfile.SYMTYPE, "x/../../outside")), "points outside"),
     "write-through-link": (lambda a: (add_special(a, "here", tarfile.SYMTYPE, "."),
                                       add_special(a, "up", tarfile.SYMTYPE, "here/.."),
-                                      add_file(a, "up/evil.txt")), "through a link"),
+                                      add_file(a, "up/evil.txt")), "points outside"),
     "hardlink-escape": (lambda a: add_special(a, "top/hard", tarfile.LNKTYPE, "../../etc/passwd"), "hard link"),
     "hardlink-missing": (lambda a: add_special(a, "top/hard", tarfile.LNKTYPE, "top/nothing"), "hard link"),
     "device": (lambda a: add_special(a, "top/dev", tarfile.CHRTYPE), "device"),
