@@ -12,7 +12,7 @@ OLM_VALIDATE := $(shell tools/build-olm-validate.sh --path)
 RUN    := env KFDEF_K8SBIN=$(K8SBIN) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 
-.PHONY: all venv control-plane lint test unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
+.PHONY: all venv control-plane lint test reliability-report unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
 
 all: test
 
@@ -40,6 +40,10 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check kfdef_operator kfdef_dev tests bench tools
 	$(VENV)/bin/mypy
+
+# The reliability scenarios, their figures merged into docs/reliability.md (a plain `make test` leaves docs/ alone).
+reliability-report: lint control-plane olm-validate
+	$(RUN) env KFDEF_UPDATE_RELIABILITY_REPORT=1 $(PY) -m pytest -ra tests/reliability $(PYTEST_ARGS)
 
 unit: venv control-plane olm-validate
 	$(RUN) $(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)

@@ -7,15 +7,18 @@ pauses any operator another package started and runs its own, with the test knob
 the paused one is started again when the package is done.
 
 Report. Every test of this package is a scenario row (or several, see :class:`Scenario`); at the end of a session
-in which reliability tests ran, the rows are merged into ``docs/reliability.md`` (rows of scenarios that did not
-run this time are kept with their own date) and the raw rows are written to
-``<pytest basetemp>/reliability-report.json``.
+in which reliability tests ran, the raw rows are written to ``<pytest basetemp>/reliability-report.json`` and
+the report to ``<pytest basetemp>/reliability.md``. Only when asked (``make reliability-report``, which sets
+``KFDEF_UPDATE_RELIABILITY_REPORT=1``) are the rows merged into the committed ``docs/reliability.md`` (rows of
+scenarios that did not run this time are kept with their own date): an ordinary test run leaves the checkout
+as it was.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -241,4 +244,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             previous = json.loads(match.group(1))
     rows = _merge(previous, current)
     seconds = sum(r["seconds"] for r in {(r["module"], r["test"]): r for r in rows}.values())
-    REPORT.write_text(_render(rows, seconds))
+    target = REPORT if os.environ.get("KFDEF_UPDATE_RELIABILITY_REPORT") == "1" else basetemp / "reliability.md"
+    target.write_text(_render(rows, seconds))
