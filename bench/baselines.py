@@ -152,3 +152,27 @@ async def delete_applied(bench: Bench, objects: list[JSON], *, timeout: float = 
         if time.monotonic() - started > timeout:
             raise TimeoutError(f"{len(waited)} namespaces/CRDs still there after {timeout:.0f}s")
         await asyncio.sleep(0.2)
+
+
+async def floor_teardown(bench: Bench, objects: list[JSON], *, timeout: float = 300) -> float:
+    """Seconds to delete every object at once (no order, no waves) and see each one gone: the teardown floor."""
+    targets = [path for _, path, _ in await paths(bench.kube, objects)]
+
+    async def delete(path: str) -> None:
+        try:
+            await bench.kube.request("DELETE", path, body={"propagationPolicy": "Background"})
+        except KubeApiError as error:
+            if error.status != 404:
+                raise
+
+    started = time.monotonic()
+    await bench.kube.gather_limited([delete(path) for path in targets], FLOOR_CONCURRENCY)
+    waited = targets
+    while waited:
+        present = await bench.kube.gather_limited([bench.kube.get(path) for path in waited], FLOOR_CONCURRENCY)
+        waited = [path for path, live in zip(waited, present) if live is not None]
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{len(waited)} objects still there after {timeout:.0f}s, e.g. {waited[:3]}")
+        if waited:
+            await asyncio.sleep(0.05)
+    return time.monotonic() - started

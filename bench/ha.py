@@ -23,16 +23,12 @@ if __package__ in (None, ""):  # run as ``python bench/ha.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"  # noqa: A001
 
-from kfdef_operator.ssa.client import KubeClient  # noqa: E402
-from tests.operator_process import OperatorProcess  # noqa: E402
 
 from . import fleet, operator_runs, report  # noqa: E402
-from .archive_server import ArchiveServer  # noqa: E402
-from .cluster import start_control_plane  # noqa: E402
-from .context import KFDEFS_PATH, Bench  # noqa: E402
+from .context import Bench  # noqa: E402
 from .replicas import LEASE_DURATION_S, ReplicaSet, failover, handover, lead  # noqa: E402
 from .stats import summary  # noqa: E402
-from .streams import EventStream  # noqa: E402
+from .standalone import run_alone  # noqa: E402
 
 log = logging.getLogger("bench.ha")
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,24 +154,6 @@ def markdown(results: JSON) -> list[str]:
     ]
 
 
-async def _standalone(quick: bool, scale: float, work_dir: Path) -> JSON:
-    control_plane = await asyncio.to_thread(start_control_plane)
-    kube = await KubeClient.connect(str(control_plane.kubeconfig))
-    try:
-        (work_dir / "archives").mkdir(parents=True, exist_ok=True)
-        with ArchiveServer(work_dir / "archives") as archives:
-            kfdefs = await EventStream(kube, KFDEFS_PATH).start()
-            unused = OperatorProcess(control_plane.kubeconfig, work_dir / "operator")
-            bench = Bench(control_plane, kube, archives, work_dir, unused, kfdefs)
-            try:
-                return await run(bench, quick=quick, scale=scale)
-            finally:
-                await kfdefs.close()
-    finally:
-        await kube.close()
-        await asyncio.to_thread(control_plane.stop)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ha", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials and a smaller fleet")
@@ -189,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     docs = args.docs or (quick_dir if args.quick else ROOT / "docs")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     with tempfile.TemporaryDirectory(prefix="kfdef-bench-ha-", dir="/dev/shm") as work_dir:
-        figures = asyncio.run(_standalone(args.quick, 0.25 if args.quick else 1.0, Path(work_dir)))
+        figures = asyncio.run(run_alone(Path(work_dir), lambda bench: run(bench, quick=args.quick,
+                                                                          scale=0.25 if args.quick else 1.0)))
     results = json.loads(out.read_text()) if out.exists() else {}
     results.update(figures)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,7 @@ def _sweep(results: JSON) -> list[str]:
     rows = [[_fmt(p["scale"]), str(p["objects"]), _fmt(p["applied_s"]), _fmt(p["objects_per_s"]),
              _fmt(p["applied_s"] / p["objects"] * 1000)]
             for p in sorted(results["scale.sweep"], key=lambda p: p["objects"])]
-    many = results["scale.kfdefs_s"]
+    many = results.get("scale.kfdefs_s") or {}
     if many.get("objects"):
         rows.append([f"{many['kfdefs']} KfDefs", str(many["objects"]), _fmt(many["median"]),
                      _fmt(many["objects"] / many["median"]), _fmt(many["median"] / many["objects"] * 1000)])
@@ -74,7 +74,8 @@ def _release(results: JSON) -> list[str]:
     rows = [[f"`{key}`", _fmt(results[key]["median"]), _fmt(results[key]["min"]), _fmt(results[key]["max"]),
              str(results[key]["n"])]
             for key in ("release.apply.operator_s", "release.apply.operator_ready_s", "release.apply.kubectl_ssa_s",
-                        "release.apply.floor_s", "release.render.s", "release.teardown.s")]
+                        "release.apply.floor_s", "release.render.s", "release.teardown.s", "release.teardown.floor_s")
+            if key in results]
     r = results["ratios"]
     return [f"Kubeflow {operator['release']} (`example/`, plain mode), {operator['objects']} objects: the release "
             f"without its {operator['left_out']} fail-closed webhook configurations (nothing can serve them here) and "
@@ -82,7 +83,77 @@ def _release(results: JSON) -> list[str]:
             "figure as above; the operator's figure includes fetching the tarball and rendering.", "",
             *_table(["figure", "median s", "min", "max", "n"], rows), "",
             f"Ratios of medians: operator / kubectl = **{r['release operator/kubectl']:.2f}**, operator / floor = "
-            f"**{r['release operator/floor']:.2f}**, kubectl / floor = {r['release kubectl/floor']:.2f}."]
+            f"**{r['release operator/floor']:.2f}**, kubectl / floor = {r['release kubectl/floor']:.2f}"
+            + (f", teardown operator / floor = **{r['release teardown operator/floor']:.2f}**"
+               if "release teardown operator/floor" in r else "") + "."]
+
+
+#: Figures compared before and after a change (issue 18): (label, key or ratio name, where).
+_COMPARED = (
+    ("synthetic: operator apply (s)", "apply.operator_s", "results"),
+    ("synthetic: floor apply (s)", "apply.floor_s", "results"),
+    ("synthetic: operator / floor", "operator/floor", "ratios"),
+    ("synthetic: operator / kubectl SSA", "operator/kubectl", "ratios"),
+    ("synthetic: teardown (s)", "teardown.s", "results"),
+    ("synthetic: teardown floor (s)", "teardown.floor_s", "results"),
+    ("synthetic: teardown operator / floor", "teardown operator/floor", "ratios"),
+    ("v1.11.0: operator apply (s)", "release.apply.operator_s", "results"),
+    ("v1.11.0: floor apply (s)", "release.apply.floor_s", "results"),
+    ("v1.11.0: operator / floor", "release operator/floor", "ratios"),
+    ("v1.11.0: operator / kubectl SSA", "release operator/kubectl", "ratios"),
+    ("v1.11.0: teardown (s)", "release.teardown.s", "results"),
+    ("v1.11.0: teardown floor (s)", "release.teardown.floor_s", "results"),
+    ("v1.11.0: teardown operator / floor", "release teardown operator/floor", "ratios"),
+    ("no-op restart: writes on the server (max)", "noop.writes", "max"),
+    ("no-op restart, both stacks: writes", "release.noop.writes", "results"),
+    ("idle, both stacks: writes on the server", "idle.writes", "results"),
+    ("idle window (s)", "idle.requests_per_min", "window_s"),
+    ("operator RSS, v1.11.0 at rest (MiB)", "release.rss_mb", "results"),
+    ("operator RSS, both stacks after restart and idle (MiB)", "idle.rss_mb", "results"),
+    ("heal p50 (ms)", "heal.p50_ms", "results"),
+    ("heal p99 (ms)", "heal.p99_ms", "results"),
+)
+
+
+def _compared(results: JSON, key: str, where: str) -> str:
+    try:
+        if where == "ratios":
+            return f"{results['ratios'][key]:.2f}"
+        if where == "max":
+            return _fmt(results[key]["max"])
+        if where == "window_s":
+            return _fmt(results[key]["window_s"])
+        return _fmt(results[key]["value"])
+    except (KeyError, TypeError):
+        return "-"
+
+
+def before_after(before: JSON | None, after: JSON) -> list[str]:
+    """The headline figures of the session before a change beside this session's (``bench/results-before.json``)."""
+    if not before:
+        return ["(no results-before.json next to the results)"]
+    rows = [[label, _compared(before, key, where), _compared(after, key, where)] for label, key, where in _COMPARED]
+    return [f"Before: {before['meta']['date']}, at commit {before['meta'].get('commit', '?')} "
+            f"(`bench/results-before.json`); after: this session. Medians; each session on its own control plane.",
+            "", *_table(["figure", "before", "after"], rows)]
+
+
+def _memory(results: JSON) -> list[str]:
+    """The operator's resident memory at rest with one KfDef of each sweep size deployed."""
+    from .report import rss_points
+    points = rss_points(results)
+    if not points:
+        return ["(not measured)"]
+    rows = [[_fmt(p["scale"]), str(p["objects"]), _fmt(p["rss_before_mb"]), _fmt(p["rss_mb"]),
+             _fmt(p["growth_per_1000_mb"])] for p in points]
+    steps = [f"{_fmt((b['rss_mb'] - a['rss_mb']) / (b['objects'] - a['objects']) * 1000)} MiB per 1,000 objects "
+             f"from x{_fmt(a['scale'])} to x{_fmt(b['scale'])}" for a, b in zip(points, points[1:])]
+    return [*_table(["scale", "objects", "RSS before the KfDef (MiB)", "RSS at rest with it (MiB)",
+                     "above the empty operator, per 1,000 objects (MiB)"], rows), "",
+            f"The empty operator (before the first sweep KfDef): {_fmt(points[0]['rss_before_mb'])} MiB. "
+            f"Growth between sizes: {'; '.join(steps) or '-'}. Memory is read from `/proc/<pid>/status` (VmRSS) "
+            f"{_fmt(5.0)} s after the KfDef is Ready; each size is torn down before the next (CPython keeps some "
+            "freed memory, so a later size starts from a higher floor)."]
 
 
 def _profile(profile: JSON | None) -> list[str]:
@@ -156,7 +227,7 @@ def _misses(results: JSON) -> list[str]:
     return notes or ["Every target is met."]
 
 
-def render_markdown(results: JSON) -> str:
+def render_markdown(results: JSON, before: JSON | None = None) -> str:
     meta, r = results["meta"], results["ratios"]
     noop = results["noop.writes"]
     idle = results["idle.requests_per_min"]
@@ -182,6 +253,10 @@ def render_markdown(results: JSON) -> str:
         "## A real release",
         "",
         *_release(results),
+        "",
+        "## Before and after issue 18",
+        "",
+        *before_after(before, results),
         "",
         "## Targets",
         "",
@@ -222,6 +297,10 @@ def render_markdown(results: JSON) -> str:
         "## Growth with objects",
         "",
         *_sweep(results),
+        "",
+        "Operator memory:",
+        "",
+        *_memory(results),
         "",
         "![benchmarks](benchmarks.png)",
         "",

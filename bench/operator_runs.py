@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from .cluster import apiserver_metrics, difference, open_watches, stack_reads, stack_writes
-from .context import Bench, all_applied, is_ready, stack_resources
+from .context import Bench, all_applied, is_ready
 from .workload import Workload
 
 _OPERATOR_WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -58,7 +58,8 @@ async def _reconcile_count(bench: Bench, result: str) -> int:
     return int(metrics.get(f'kfdef_reconcile_duration_seconds_count{{result="{result}"}}', 0))
 
 
-async def noop_restart(bench: Bench, deployed: Deployed, *, settle_s: float = 2.0, timeout: float = 300) -> dict:
+async def noop_restart(bench: Bench, resources: frozenset[str], *, settle_s: float = 2.0,
+                       timeout: float = 300) -> dict:
     """Restart the operator with the stack deployed; time its resume reconcile and count its writes.
 
     ``s``: from the restarted operator answering ``/readyz`` until its first
@@ -67,8 +68,8 @@ async def noop_restart(bench: Bench, deployed: Deployed, *, settle_s: float = 2.
     the server (every client, the operator's framework included) over the
     restart plus ``settle_s`` after, and on the operator's own client.
     Open watches: the server's watch gauge with the operator up minus down.
+    ``resources``: plurals of the deployed stacks' resources (:func:`stack_resources`).
     """
-    resources = stack_resources([deployed.workload])
     samples = await asyncio.to_thread(apiserver_metrics, bench.control_plane)
     writes_before, watches_up = stack_writes(samples, resources), open_watches(samples, resources)
     await asyncio.to_thread(bench.operator.stop)
@@ -95,16 +96,18 @@ async def noop_restart(bench: Bench, deployed: Deployed, *, settle_s: float = 2.
     }
 
 
-async def idle(bench: Bench, deployed: Deployed, *, window_s: float, settle_s: float) -> dict:
-    """Requests of the operator at rest with the stack deployed, and its resident memory."""
+async def idle(bench: Bench, resources: frozenset[str], *, window_s: float, settle_s: float) -> dict:
+    """Requests of the operator at rest with the stacks deployed (``resources``: their plurals), writes on the
+    server by every client, and the operator's resident memory."""
     await asyncio.sleep(settle_s)
-    resources = stack_resources([deployed.workload])
     before = await bench.operator_metrics()
-    reads_before = stack_reads(await asyncio.to_thread(apiserver_metrics, bench.control_plane), resources)
+    samples = await asyncio.to_thread(apiserver_metrics, bench.control_plane)
+    reads_before, writes_before = stack_reads(samples, resources), stack_writes(samples, resources)
     started = time.monotonic()
     await asyncio.sleep(window_s)
     after = await bench.operator_metrics()
-    reads_after = stack_reads(await asyncio.to_thread(apiserver_metrics, bench.control_plane), resources)
+    samples = await asyncio.to_thread(apiserver_metrics, bench.control_plane)
+    reads_after, writes = stack_reads(samples, resources), difference(stack_writes(samples, resources), writes_before)
     minutes = (time.monotonic() - started) / 60
     requests = {k: after[k] - before.get(k, 0) for k in after
                 if k.startswith("kfdef_api_requests_total{") and after[k] != before.get(k, 0)}
@@ -113,5 +116,6 @@ async def idle(bench: Bench, deployed: Deployed, *, window_s: float, settle_s: f
         "requests_per_min": sum(requests.values()) / minutes,
         "requests_by_verb": requests,
         "server_reads_per_min_all_clients": (reads_after - reads_before) / minutes,
+        "server_writes": sum(writes.values()), "server_writes_by_request": writes,
         "window_s": minutes * 60,
     }

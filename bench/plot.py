@@ -26,11 +26,16 @@ def _bars(axis, labels: list[str], entries: list[JSON], color: str) -> None:
                       fontsize=8)
 
 
-def plot(results: JSON, path: Path) -> None:
+def plot(results: JSON, path: Path, before: JSON | None = None) -> None:
     figure, ((apply_axis, heal_axis), (scale_axis, steps_axis)) = plt.subplots(2, 2, figsize=(13, 9))
     objects = results["apply.operator_s"].get("objects", 0)
 
     _bars(apply_axis, [label for label, _ in _APPLY_BARS], [results[key] for _, key in _APPLY_BARS], "#4C72B0")
+    if before:  # the same figures of the session before the change, as outlines
+        medians = [before[key]["median"] if key in before else 0 for _, key in _APPLY_BARS]
+        apply_axis.bar([label for label, _ in _APPLY_BARS], medians, fill=False, edgecolor="#C44E52", linestyle="--",
+                       label=f"before ({before['meta']['date'][:10]})")
+        apply_axis.legend(fontsize=8)
     apply_axis.set_title(f"Apply {objects} objects: median, min-max (s)")
     apply_axis.set_ylabel("seconds")
     apply_axis.tick_params(axis="x", labelsize=8)
@@ -53,7 +58,7 @@ def plot(results: JSON, path: Path) -> None:
     slope = ys[0] / xs[0]
     scale_axis.plot([0, xs[-1]], [0, slope * xs[-1]], linestyle=":", color="grey",
                     label="linear from the smallest size")
-    many = results["scale.kfdefs_s"]
+    many = results.get("scale.kfdefs_s") or {}
     if many.get("objects"):
         scale_axis.errorbar([many["objects"]], [many["median"]], yerr=[[many["median"] - many["min"]],
                                                                        [many["max"] - many["median"]]],

@@ -22,11 +22,12 @@ from typing import Any
 from pyinstrument import Profiler
 
 from kfdef_operator.api.types import JSON
-from kfdef_operator.controller import reconciler
+from kfdef_operator.controller import desired, reconciler
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.ssa.manager import ResourceManager
 
 from .context import KFDEFS_PATH, Bench, all_applied
 
@@ -63,16 +64,19 @@ STEP_LABELS = ("fetch sources", "render (kustomize)", "API-version upgrade check
 def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[], None]:
     """Time the pipeline's steps (labels: :data:`STEP_LABELS`); returns a function undoing the module- and
     class-level wrappers."""
-    originals = [(reconciler, name, getattr(reconciler, name)) for name in ("resolve_sources", "upgrade_objects")]
+    originals = [(reconciler, "resolve_sources", reconciler.resolve_sources),
+                 (desired, "upgrade_objects", desired.upgrade_objects)]
+    originals += [(ResourceManager, name, getattr(ResourceManager, name))
+                  for name in ("apply_stage", "lookup", "_settle_crds")]
     originals.append((StatusWriter, "update", StatusWriter.update))
     fetch, render, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
     _timed(reconciler, "resolve_sources", fetch, timings)
     _timed(operator.render_cache, "_renderer", render, timings)  # only runs on a render-cache miss
-    _timed(reconciler, "upgrade_objects", upgrade, timings)
+    _timed(desired, "upgrade_objects", upgrade, timings)
     _timed(operator.tracker, "watch", watches, timings)
-    _timed(operator.manager, "apply_stage", stages, timings)
-    _timed(operator.manager, "lookup", prefetch, timings)
-    _timed(operator.manager, "_settle_crds", crds, timings)
+    _timed(ResourceManager, "apply_stage", stages, timings)  # one manager per identity, made during the reconcile
+    _timed(ResourceManager, "lookup", prefetch, timings)
+    _timed(ResourceManager, "_settle_crds", crds, timings)
     _timed(StatusWriter, "update", status, timings)  # one writer per KfDef, made during the reconcile
     _timed(operator.events, "record", events, timings)
 
@@ -92,10 +96,13 @@ def _reconciler(kube: KubeClient, bench: Bench) -> reconciler.Reconciler:
     return reconciler.Reconciler(kube, settings, gate=asyncio.Event())
 
 
-async def _run_once(operator: reconciler.Reconciler, body: JSON) -> None:
+async def _run_once(operator: reconciler.Reconciler, body: JSON) -> float | None:
     """One run of the operator's work for this KfDef (reconcile, or teardown when it is being deleted)."""
-    operator.observe("MODIFIED", body)
-    await operator._work((body["metadata"]["namespace"], body["metadata"]["name"]))  # noqa: SLF001
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    # Not observe(): that would also queue a standby preparation (the gate is never set), which renders into
+    # the same directory at the same time.
+    operator._bodies[key] = body  # noqa: SLF001
+    return await operator._work(key)  # noqa: SLF001
 
 
 async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
@@ -128,14 +135,21 @@ async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
             "pyinstrument_text": output.name}
 
 
-async def _teardown(bench: Bench, kfdef_path: str) -> None:
-    """Delete the KfDef and tear its stack down in-process (no operator process runs to remove the finalizer)."""
+async def _teardown(bench: Bench, kfdef_path: str, *, timeout: float = 900) -> None:
+    """Delete the KfDef and tear its stack down in-process (no operator process runs to remove the finalizer),
+    run after run with the operator's own delays, as the operator waits out a slow teardown."""
     kube = await KubeClient.connect(str(bench.control_plane.kubeconfig))
     operator = _reconciler(kube, bench)
+    deadline = time.monotonic() + timeout
     try:
         await operator.start()
         await bench.kube.request("DELETE", kfdef_path)
-        await _run_once(operator, await bench.kube.request("GET", kfdef_path))
+        # None: gone, or it never got the finalizer (the profiled reconcile failed before it)
+        while (body := await bench.kube.get(kfdef_path)) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{kfdef_path} still there after {timeout:.0f}s: {body.get('status')}")
+            delay = await _run_once(operator, body)
+            await asyncio.sleep(min(delay or 1.0, 10.0))
     finally:
         await operator.stop()
         await kube.close()
@@ -157,3 +171,27 @@ async def profile(bench: Bench, scale: float, output_dir: Path) -> dict:
     finally:
         await _teardown(bench, kfdef_path)
     return {"objects": workload.total, "apply": applied, "noop": noop}
+
+
+def main() -> None:
+    import argparse
+    import json
+    import tempfile
+
+    from .standalone import run_alone
+
+    parser = argparse.ArgumentParser(prog="python -m bench.profile_apply",
+                                     description="the profile alone, on a control plane of its own")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--out", type=Path, default=Path("build/profile"), help="directory for the profile texts")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kfdef-profile-", dir="/dev/shm") as work_dir:
+        summary = asyncio.run(run_alone(Path(work_dir), lambda bench: profile(bench, args.scale, args.out)))
+    (args.out / "profile.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps({k: summary[k]["steps_s"] | {"wall": summary[k]["reconcile_wall_s"]}
+                      for k in ("apply", "noop")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -59,6 +59,7 @@ class Release:
     objects: list[JSON]
     left_out: int
     render_s: float
+    resources: frozenset[str]   # plurals of the resources its objects live in (as kube-apiserver's metrics name them)
 
 
 async def prepare(bench: Bench) -> Release:
@@ -74,8 +75,9 @@ async def prepare(bench: Bench) -> Release:
         repo["uri"] = bench.archives.url(archive)
     output, render_s = await asyncio.to_thread(baselines.build, bench, wrapped, directory / "build")
     objects = await _namespaced(bench, baselines.load(output))
+    plurals = frozenset(path.split("/")[-2] for _, path, _ in await baselines.paths(bench.kube, objects))
     log.info("release %s: %d objects, %d left out", VERSION, len(objects), len(left_out))
-    return Release(wrapped, objects, len(left_out), render_s)
+    return Release(wrapped, objects, len(left_out), render_s, plurals)
 
 
 def _unpack(archive: Path, directory: Path) -> Path:
@@ -112,8 +114,18 @@ async def _namespaced(bench: Bench, objects: list[JSON]) -> list[JSON]:
 
 # -- the three paths ---------------------------------------------------------------------------------------------
 
-async def operator_round(bench: Bench, release: Release) -> dict:
-    """Apply, Ready and teardown of the release by the operator; seconds of each."""
+@dataclass
+class DeployedRelease:
+    """The release as the operator deployed it: its KfDef, simulated volumes and times."""
+
+    name: str
+    volumes: list[str]
+    applied_s: float
+    ready_s: float
+
+
+async def deploy(bench: Bench, release: Release) -> DeployedRelease:
+    """A KfDef of the release created, until its status reports every object applied, then until Ready."""
     volumes = await _simulated_storage(bench)
     kfdef = copy.deepcopy(release.kfdef)
     name = kfdef["metadata"]["name"] = f"kubeflow-{uuid.uuid4().hex[:5]}"
@@ -122,12 +134,24 @@ async def operator_round(bench: Bench, release: Release) -> dict:
     started = time.monotonic()
     applied = await bench.wait_kfdef(name, all_applied, after=mark, timeout=900, what="applied")
     ready = await bench.wait_kfdef(name, is_ready, after=mark, timeout=900, what="Ready")
-    teardown_s = await bench.delete_kfdef(name, timeout=900)
+    return DeployedRelease(name, volumes, applied.at - started, ready.at - started)
+
+
+async def teardown(bench: Bench, release: Release, deployed: DeployedRelease) -> float:
+    """Seconds from the KfDef delete call returning until it is gone; checks that nothing of the release is left."""
+    teardown_s = await bench.delete_kfdef(deployed.name, timeout=900)
     left = await remaining(bench, release.objects)
     if left:
         raise RuntimeError(f"the teardown left {len(left)} objects of the release, e.g. {left[:5]}")
-    await _delete(bench, volumes)
-    return {"applied_s": applied.at - started, "ready_s": ready.at - started, "teardown_s": teardown_s}
+    await _delete(bench, deployed.volumes)
+    return teardown_s
+
+
+async def operator_round(bench: Bench, release: Release) -> dict:
+    """Apply, Ready and teardown of the release by the operator; seconds of each."""
+    deployed = await deploy(bench, release)
+    teardown_s = await teardown(bench, release, deployed)
+    return {"applied_s": deployed.applied_s, "ready_s": deployed.ready_s, "teardown_s": teardown_s}
 
 
 async def kubectl_round(bench: Bench, release: Release) -> dict:
@@ -139,10 +163,12 @@ async def kubectl_round(bench: Bench, release: Release) -> dict:
     return measured
 
 
-async def floor_round(bench: Bench, release: Release) -> float:
+async def floor_round(bench: Bench, release: Release) -> tuple[float, float]:
+    """Seconds of the floor's apply and of its teardown (every object deleted at once, waited until gone)."""
     seconds = await baselines.floor_apply(bench, release.objects)
-    await remove(bench, release.objects)
-    return seconds
+    teardown_s = await baselines.floor_teardown(bench, release.objects)
+    await remove(bench, release.objects)  # aggregated ClusterRoles kube-controller-manager re-created
+    return seconds, teardown_s
 
 
 # -- cleaning up ----------------------------------------------------------------------------------------------------
@@ -215,9 +241,10 @@ def results(release: Release, raw: dict[str, list]) -> JSON:
         "release.apply.operator_s": summary([r["applied_s"] for r in operator], "s", **meta),
         "release.apply.operator_ready_s": summary([r["ready_s"] for r in operator], "s"),
         "release.apply.kubectl_ssa_s": summary([k["s"] for k in kubectl], "s", steps=kubectl),
-        "release.apply.floor_s": summary(raw["floor"], "s", concurrency=baselines.FLOOR_CONCURRENCY),
+        "release.apply.floor_s": summary([f for f, _ in raw["floor"]], "s", concurrency=baselines.FLOOR_CONCURRENCY),
         "release.render.s": summary([release.render_s], "s", note="kfdef-operator build (not part of kubectl/floor)"),
         "release.teardown.s": summary([r["teardown_s"] for r in operator], "s"),
+        "release.teardown.floor_s": summary([t for _, t in raw["floor"]], "s"),
     }
     for entry in entries.values():
         entry["value"] = entry["median"]

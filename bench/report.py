@@ -12,7 +12,8 @@ JSON = dict[str, Any]
 
 HEADLINE_KEYS = ("apply.operator_s", "apply.operator_ready_s", "apply.kubectl_ssa_s", "apply.floor_s", "render.s",
                  "noop.writes", "noop.s", "noop.restart_s", "noop.reconcile_s", "heal.p50_ms", "heal.p99_ms",
-                 "heal.namespace_s", "heal.crd_s", "teardown.s", "idle.rss_mb", "idle.requests_per_min",
+                 "heal.namespace_s", "heal.crd_s", "teardown.s", "teardown.floor_s", "idle.rss_mb",
+                 "idle.requests_per_min", "idle.writes", "release.rss_mb", "release.noop.writes",
                  "scale.kfdefs_s", "ha.failover_s", "ha.takeover_s", "ha.handover_s", "ha.handover_lease_s",
                  "shards.fleet_s", "shards.single_s")
 
@@ -43,12 +44,44 @@ def _per_object_growth(results: JSON) -> float:
     return (last["applied_s"] / last["objects"]) / (first["applied_s"] / first["objects"])
 
 
+def rss_points(results: JSON) -> list[JSON]:
+    """Sweep points that measured the operator's memory, smallest first, each with its growth above the empty
+    operator (the first point's memory before its KfDef) per 1,000 objects."""
+    points = sorted((p for p in results["scale.sweep"] if "rss_mb" in p), key=lambda p: p["objects"])
+    if not points:
+        return []
+    base = points[0]["rss_before_mb"]
+    return [{**p, "growth_per_1000_mb": (p["rss_mb"] - base) / p["objects"] * 1000} for p in points]
+
+
+def _rss_growth(results: JSON) -> float:
+    """Memory above the empty operator per object at the largest size over the same at the smallest."""
+    points = rss_points(results)
+    return points[-1]["growth_per_1000_mb"] / points[0]["growth_per_1000_mb"]
+
+
 TARGETS = (
-    Target("apply.operator_s <= 0.5 x apply.kubectl_ssa_s", _value("apply.operator_s"),
-           lambda r: 0.5 * r["apply.kubectl_ssa_s"]["value"], unit="s"),
-    Target("apply.operator_s <= 1.3 x apply.floor_s", _value("apply.operator_s"),
-           lambda r: 1.3 * r["apply.floor_s"]["value"], unit="s"),
-    Target("noop.writes == 0 (server-side count)", _value("noop.writes"), lambda r: 0.0),
+    Target("apply.operator_s <= 0.35 x apply.kubectl_ssa_s (issue 18)", _value("apply.operator_s"),
+           lambda r: 0.35 * r["apply.kubectl_ssa_s"]["value"], unit="s"),
+    Target("apply.operator_s <= 1.15 x apply.floor_s (issue 18)", _value("apply.operator_s"),
+           lambda r: 1.15 * r["apply.floor_s"]["value"], unit="s"),
+    Target("release.apply.operator_s <= 0.35 x release.apply.kubectl_ssa_s (issue 18)",
+           _value("release.apply.operator_s"), lambda r: 0.35 * r["release.apply.kubectl_ssa_s"]["value"], unit="s"),
+    Target("release.apply.operator_s <= 1.15 x release.apply.floor_s (issue 18)", _value("release.apply.operator_s"),
+           lambda r: 1.15 * r["release.apply.floor_s"]["value"], unit="s"),
+    Target("noop.writes == 0 (server-side count)", lambda r: r["noop.writes"]["max"], lambda r: 0.0),
+    Target("release.noop.writes == 0 (both stacks, server-side count; issue 18)", _value("release.noop.writes"),
+           lambda r: 0.0),
+    Target("idle.writes == 0 (both stacks at rest, server-side count; issue 18)", _value("idle.writes"),
+           lambda r: 0.0),
+    Target("teardown.s <= 1.5 x teardown.floor_s (issue 18)", _value("teardown.s"),
+           lambda r: 1.5 * r["teardown.floor_s"]["value"], unit="s"),
+    Target("release.teardown.s <= 1.5 x release.teardown.floor_s (issue 18)", _value("release.teardown.s"),
+           lambda r: 1.5 * r["release.teardown.floor_s"]["value"], unit="s"),
+    Target("release.rss_mb < 150 (issue 18)", _value("release.rss_mb"), lambda r: 150.0, strict=True, unit="MiB"),
+    Target("memory per object at the largest size <= at the smallest (no worse than linear; issue 18)",
+           _rss_growth, lambda r: 1.0, unit="x"),
+    Target("heal.p99_ms < 50 (issue 18)", _value("heal.p99_ms"), lambda r: 50.0, strict=True, unit="ms"),
     Target("noop.s <= 0.1 x apply.operator_s", _value("noop.s"), lambda r: 0.1 * r["apply.operator_s"]["value"],
            unit="s"),
     Target("heal.p50_ms < 100", _value("heal.p50_ms"), lambda r: 100.0, strict=True, unit="ms"),
@@ -118,12 +151,23 @@ def release_ratios(results: JSON) -> JSON:
             "release kubectl/floor": kubectl / floor}
 
 
+def teardown_ratios(results: JSON) -> JSON:
+    """Operator teardown over the floor's, per workload measured."""
+    found = {}
+    for prefix, label in (("", "teardown operator/floor"), ("release.", "release teardown operator/floor")):
+        if f"{prefix}teardown.floor_s" in results:
+            found[label] = results[f"{prefix}teardown.s"]["value"] / results[f"{prefix}teardown.floor_s"]["value"]
+    return found
+
+
 def write(results: JSON, out: Path, docs: Path) -> None:
     results["targets"] = target_rows(results)
-    results["ratios"] = ratios(results)
+    results["ratios"] = {**ratios(results), **teardown_ratios(results)}
     out.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     docs.mkdir(parents=True, exist_ok=True)
+    before_path = out.parent / "results-before.json"
+    before = json.loads(before_path.read_text()) if before_path.exists() and before_path != out else None
     from .plot import plot  # matplotlib is only needed here
-    plot(results, docs / "benchmarks.png")
+    plot(results, docs / "benchmarks.png", before)
     from .markdown import render_markdown
-    (docs / "benchmarks.md").write_text(render_markdown(results))
+    (docs / "benchmarks.md").write_text(render_markdown(results, before))

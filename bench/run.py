@@ -13,6 +13,8 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +31,7 @@ from tests.operator_process import OperatorProcess  # noqa: E402
 from . import baselines, ha, heal, operator_runs, release, report, scale  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import start_control_plane  # noqa: E402
-from .context import KFDEFS_PATH, Bench, run_selector  # noqa: E402
+from .context import KFDEFS_PATH, Bench, run_selector, stack_resources  # noqa: E402
 from .environment import describe  # noqa: E402
 from .stats import percentile, summary  # noqa: E402
 from .streams import EventStream  # noqa: E402
@@ -54,28 +56,27 @@ class Plan:
     profile: bool
     quick: bool
     release_rounds: int         # rounds of the real release (bench/release.py), each path once per round
+    skip: frozenset[str] = frozenset()  # parts not run (SKIPPABLE); their figures are carried over from --out
 
 
-FULL = Plan(rounds=3, scale=1.0, heal_trials=50, cascade_trials=3, idle_window_s=60, idle_settle_s=10,
-            many_kfdefs=20, many_rounds=3, sweep=(2.0, 5.0), profile=True, quick=False, release_rounds=2)
+#: Parts a session may leave out (``--skip``): their entries are taken from the previous results file.
+SKIPPABLE = {"many": ("scale.kfdefs_s",), "ha": ("ha.", "shards."), "profile": ("profile",)}
+FULL = Plan(rounds=3, scale=1.0, heal_trials=50, cascade_trials=3, idle_window_s=300, idle_settle_s=10,
+            many_kfdefs=20, many_rounds=3, sweep=(1.0, 5.0, 10.0), profile=True, quick=False, release_rounds=2)
 QUICK = Plan(rounds=2, scale=0.25, heal_trials=10, cascade_trials=1, idle_window_s=15, idle_settle_s=3,
-             many_kfdefs=5, many_rounds=1, sweep=(0.5,), profile=True, quick=True, release_rounds=1)
+             many_kfdefs=5, many_rounds=1, sweep=(1.0, 2.0), profile=True, quick=True, release_rounds=1)
 
 
 async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> None:
-    """One operator run (apply, idle and heal in the first round, no-op restart, teardown), then kubectl, then floor."""
+    """One operator run (apply, heal in the first round, no-op restart, teardown), then kubectl, then floor."""
     workload, uri = bench.new_workload(plan.scale)
     raw["workloads"].append(workload)
     log.info("round %d: operator apply of %d objects", index + 1, workload.total)
     deployed = await operator_runs.deploy(bench, workload, uri)
     raw["apply.operator_s"].append(deployed.applied_s)
     raw["apply.operator_ready_s"].append(deployed.ready_s)
-    if index == 0:
-        log.info("idle for %.0f s", plan.idle_window_s)
-        raw["idle"].append(await operator_runs.idle(bench, deployed, window_s=plan.idle_window_s,
-                                                    settle_s=plan.idle_settle_s))
     log.info("no-op restart")
-    raw["noop"].append(await operator_runs.noop_restart(bench, deployed))
+    raw["noop"].append(await operator_runs.noop_restart(bench, stack_resources([workload])))
     if index == 0:
         log.info("heal: %d Deployment deletes, %d namespace and CRD deletes", plan.heal_trials, plan.cascade_trials)
         raw["heal.deployment_ms"] = await heal.deployments(bench, deployed, plan.heal_trials)
@@ -95,29 +96,54 @@ async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> 
             raw["kubectl"].append(await baselines.kubectl_apply(bench, rendered, crds))
         else:
             raw["apply.floor_s"].append(await baselines.floor_apply(bench, objects))
+            raw["teardown.floor_s"].append(await baselines.floor_teardown(bench, objects))
         await baselines.delete_applied(bench, objects)
 
 
-async def _release(bench: Bench, plan: Plan) -> dict:
+async def _idle_with_both(bench: Bench, plan: Plan, prepared: release.Release, raw: dict[str, list]) -> dict:
+    """The release's first operator round, with a synthetic stack deployed beside it: the release alone at rest
+    (resident memory), then both through a no-op restart and ``plan.idle_window_s`` at rest (writes on the
+    server by anyone, the operator's requests, resident memory); both torn down. The release's round figures."""
+    deployed_release = await release.deploy(bench, prepared)
+    await asyncio.sleep(scale.RSS_SETTLE_S)
+    raw["release.rss_mb"].append(bench.operator_rss_mb())
+    workload, uri = bench.new_workload(plan.scale)
+    log.info("idle: a synthetic stack of %d objects beside the release", workload.total)
+    deployed = await operator_runs.deploy(bench, workload, uri)
+    resources = stack_resources([workload]) | prepared.resources
+    log.info("no-op restart with both stacks")
+    raw["release.noop"].append(await operator_runs.noop_restart(bench, resources))
+    log.info("idle for %.0f s with both stacks", plan.idle_window_s)
+    raw["idle"].append(await operator_runs.idle(bench, resources, window_s=plan.idle_window_s,
+                                                settle_s=plan.idle_settle_s))
+    teardown_s = await release.teardown(bench, prepared, deployed_release)
+    await operator_runs.teardown(bench, deployed)
+    return {"applied_s": deployed_release.applied_s, "ready_s": deployed_release.ready_s, "teardown_s": teardown_s}
+
+
+async def _release(bench: Bench, plan: Plan, raw_all: dict[str, list]) -> dict:
     """Rounds of the real release, each path in turn (operator, kubectl, floor); its results entries."""
     prepared = await release.prepare(bench)
     raw: dict[str, list] = {"operator": [], "kubectl": [], "floor": []}
     for index in range(plan.release_rounds):
         log.info("release round %d: operator, kubectl and floor apply of %d objects", index + 1,
                  len(prepared.objects))
-        raw["operator"].append(await release.operator_round(bench, prepared))
+        if index == 0:
+            raw["operator"].append(await _idle_with_both(bench, plan, prepared, raw_all))
+        else:
+            raw["operator"].append(await release.operator_round(bench, prepared))
         raw["kubectl"].append(await release.kubectl_round(bench, prepared))
         raw["floor"].append(await release.floor_round(bench, prepared))
     return release.results(prepared, raw)
 
 
 async def _scale(bench: Bench, plan: Plan, raw: dict[str, list]) -> None:
-    for index in range(plan.many_rounds):
+    for index in range(0 if "many" in plan.skip else plan.many_rounds):
         log.info("scale: %d KfDefs at once (%d/%d)", plan.many_kfdefs, index + 1, plan.many_rounds)
         raw["many"].append(await scale.many(bench, plan.many_kfdefs))
     for size in plan.sweep:
-        log.info("scale: one KfDef at x%g", size)
-        raw["sweep"].append(await scale.sweep_point(bench, size))
+        log.info("scale: one KfDef at x%g of the workload", size)
+        raw["sweep"].append(await scale.sweep_point(bench, size * plan.scale))
 
 
 def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
@@ -140,20 +166,24 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
         "heal.namespace_s": summary(raw["heal.namespace_s"], "s", resolution="watch events"),
         "heal.crd_s": summary(raw["heal.crd_s"], "s", resolution=f"GET every {heal.POLL_S * 1000:.0f} ms"),
         "teardown.s": summary(raw["teardown.s"], "s"),
+        "teardown.floor_s": summary(raw["teardown.floor_s"], "s", concurrency=baselines.FLOOR_CONCURRENCY),
         "idle.rss_mb": summary([idle["rss_mb"]], "MiB"),
         "idle.requests_per_min": summary([idle["requests_per_min"]], "requests/min",
                                          by_verb=idle["requests_by_verb"], window_s=idle["window_s"],
                                          server_reads_per_min_all_clients=idle["server_reads_per_min_all_clients"]),
+        "idle.writes": summary([idle["server_writes"]], "requests", by_request=idle["server_writes_by_request"],
+                               window_s=idle["window_s"], stacks="synthetic + release"),
+        "release.rss_mb": summary(raw["release.rss_mb"], "MiB", note="the release alone, at rest after its apply"),
+        "release.noop.writes": summary([n["writes_server"] for n in raw["release.noop"]], "requests",
+                                       stacks="synthetic + release",
+                                       by_request=[n["writes_server_by_request"] for n in raw["release.noop"]]),
         "idle.watches": {"value": sum(noop[0]["operator_watches"].values()), "unit": "watches",
                          "by_resource": noop[0]["operator_watches"]},
-        "scale.kfdefs_s": summary([m["s"] for m in many], "s", kfdefs=plan.many_kfdefs,
-                                  objects=many[0]["objects"] if many else 0,
-                                  teardown_s=[m["teardown_s"] for m in many]),
-        "scale.sweep": [{"scale": 1.0 * plan.scale, "objects": base_objects,
-                         "applied_s": summary(raw["apply.operator_s"], "s")["median"],
-                         "objects_per_s": base_objects / summary(raw["apply.operator_s"], "s")["median"]},
-                        *raw["sweep"]],
+        "scale.sweep": raw["sweep"],
     }
+    if many:
+        results["scale.kfdefs_s"] = summary([m["s"] for m in many], "s", kfdefs=plan.many_kfdefs,
+                                            objects=many[0]["objects"], teardown_s=[m["teardown_s"] for m in many])
     for key, entry in results.items():
         if isinstance(entry, dict):
             entry.setdefault("value", entry.get("median"))
@@ -164,7 +194,8 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     started = time.monotonic()
     control_plane = await asyncio.to_thread(start_control_plane)
     raw: dict[str, list] = {k: [] for k in ("apply.operator_s", "apply.operator_ready_s", "apply.floor_s", "render.s",
-                                            "kubectl", "noop", "idle", "teardown.s", "many", "sweep", "workloads")}
+                                            "kubectl", "noop", "idle", "teardown.s", "teardown.floor_s", "many",
+                                            "sweep", "workloads", "release.rss_mb", "release.noop")}
     kube = await KubeClient.connect(str(control_plane.kubeconfig))
     archive_dir = work_dir / "archives"
     archive_dir.mkdir(parents=True, exist_ok=True)
@@ -176,12 +207,12 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
             bench = Bench(control_plane, kube, archives, work_dir, operator, kfdefs)
             for index in range(plan.rounds):
                 await _round(bench, plan, index, raw)
-            released = await _release(bench, plan)
+            released = await _release(bench, plan, raw)
             await _scale(bench, plan, raw)
             await asyncio.to_thread(operator.stop)  # replicas and shards bring their own operators
-            replicas_and_shards = await ha.run(bench, quick=plan.quick, scale=plan.scale)
+            replicas_and_shards = {} if "ha" in plan.skip else await ha.run(bench, quick=plan.quick, scale=plan.scale)
             profile = None
-            if plan.profile:
+            if plan.profile and "profile" not in plan.skip:
                 from . import profile_apply
                 await asyncio.to_thread(operator.stop)
                 profile = await profile_apply.profile(bench, plan.scale, out.parent)
@@ -198,14 +229,38 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     results.update(replicas_and_shards)
     results.update(released)
     results["profile"] = profile
-    results["meta"] = {**environment, "duration_s": round(time.monotonic() - started, 1)}
+    results["meta"] = {**environment, "duration_s": round(time.monotonic() - started, 1),
+                       "skipped": sorted(plan.skip), "commit": _commit()}
     return results
+
+
+def _commit() -> str:
+    """The commit measured (``$KFDEF_BENCH_COMMIT`` when the tree is no git checkout)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("KFDEF_BENCH_COMMIT", "unknown")
+
+
+def _carry_over(results: dict, previous: Path, skip: frozenset[str]) -> None:
+    """Entries of the skipped parts taken from the previous results file (their own session's figures)."""
+    if not skip or not previous.exists():
+        return
+    old = json.loads(previous.read_text())
+    prefixes = tuple(prefix for part in skip for prefix in SKIPPABLE[part])
+    for key, value in old.items():
+        if key.startswith(prefixes) and not results.get(key):
+            results[key] = value
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and a smaller workload (development)")
     parser.add_argument("--no-profile", action="store_true", help="skip the pyinstrument profile of the apply path")
+    parser.add_argument("--skip", default="", help=f"comma-separated parts not to run ({', '.join(SKIPPABLE)}); "
+                                                     "their figures are carried over from the results file")
+    parser.add_argument("--idle-window", type=float, help="seconds at rest for the idle figures")
     parser.add_argument("--report-only", action="store_true",
                         help="only write benchmarks.md and .png again from an existing results file")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json; "
@@ -224,8 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.no_profile:
         plan = dataclasses.replace(plan, profile=False)
+    skip = frozenset(part for part in args.skip.split(",") if part)
+    if skip - set(SKIPPABLE):
+        parser.error(f"--skip: unknown parts {sorted(skip - set(SKIPPABLE))}")
+    plan = dataclasses.replace(plan, skip=skip, idle_window_s=args.idle_window or plan.idle_window_s)
     with tempfile.TemporaryDirectory(prefix="kfdef-bench-", dir="/dev/shm") as work_dir:
         results = asyncio.run(_session(plan, Path(work_dir), args.out, args.docs))
+    _carry_over(results, args.out, skip)
     report.write(results, args.out, args.docs)
     log.info("wrote %s, %s", args.out, args.docs / "benchmarks.md")
     return 0

@@ -4,7 +4,8 @@
   created together; seconds from the last create call returning until every
   one is Ready, then the same for their deletion.
 - ``sweep``: one KfDef at several workload sizes; seconds to applied and
-  objects per second, to show growth against object count.
+  objects per second, to show growth against object count, and the
+  operator's resident memory at rest with each size deployed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .operator_runs import Deployed, deploy, teardown
 from .workload import Workload
 
 SMALL_STACK_SCALE = 1 / 6  # ~100 objects
+RSS_SETTLE_S = 5.0  # after Ready, before reading the operator's resident memory
 
 
 async def many(bench: Bench, count: int, *, timeout: float = 900) -> dict:
@@ -37,9 +39,14 @@ async def many(bench: Bench, count: int, *, timeout: float = 900) -> dict:
 
 
 async def sweep_point(bench: Bench, scale: float) -> dict:
-    """One KfDef of the workload at ``scale``: applied and Ready times, objects per second."""
+    """One KfDef of the workload at ``scale``: applied and Ready times, objects per second, and the operator's
+    resident memory before the KfDef and at rest with it deployed (``RSS_SETTLE_S`` after Ready)."""
     workload, uri = bench.new_workload(scale)
+    rss_before = bench.operator_rss_mb()
     deployed = await deploy(bench, workload, uri)
+    await asyncio.sleep(RSS_SETTLE_S)
+    rss_mb = bench.operator_rss_mb()
     teardown_s = await teardown(bench, deployed)
     return {"scale": scale, "objects": workload.total, "applied_s": deployed.applied_s, "ready_s": deployed.ready_s,
-            "objects_per_s": workload.total / deployed.applied_s, "teardown_s": teardown_s}
+            "objects_per_s": workload.total / deployed.applied_s, "teardown_s": teardown_s,
+            "rss_before_mb": rss_before, "rss_mb": rss_mb}
