@@ -155,8 +155,15 @@ async def delete_applied(bench: Bench, objects: list[JSON], *, timeout: float = 
 
 
 async def floor_teardown(bench: Bench, objects: list[JSON], *, timeout: float = 300) -> float:
-    """Seconds to delete every object at once (no order, no waves) and see each one gone: the teardown floor."""
+    """Seconds to delete every object at once (no order, no waves) and see each one gone: the teardown floor.
+
+    An object counts as gone once the one deleted is: kube-controller-manager re-creates an aggregated ClusterRole
+    deleted together with the roles it draws from (a new uid); the caller removes such leftovers afterwards.
+    """
     targets = [path for _, path, _ in await paths(bench.kube, objects)]
+    uids = {path: (live.get("metadata") or {}).get("uid") for path, live in
+            zip(targets, await bench.kube.gather_limited([bench.kube.get(p) for p in targets], FLOOR_CONCURRENCY))
+            if isinstance(live, dict)}
 
     async def delete(path: str) -> None:
         try:
@@ -165,12 +172,15 @@ async def floor_teardown(bench: Bench, objects: list[JSON], *, timeout: float = 
             if error.status != 404:
                 raise
 
+    def still_there(live: Any, path: str) -> bool:
+        return isinstance(live, dict) and (live.get("metadata") or {}).get("uid") == uids[path]
+
     started = time.monotonic()
-    await bench.kube.gather_limited([delete(path) for path in targets], FLOOR_CONCURRENCY)
-    waited = targets
+    await bench.kube.gather_limited([delete(path) for path in uids], FLOOR_CONCURRENCY)
+    waited = list(uids)
     while waited:
         present = await bench.kube.gather_limited([bench.kube.get(path) for path in waited], FLOOR_CONCURRENCY)
-        waited = [path for path, live in zip(waited, present) if live is not None]
+        waited = [path for path, live in zip(waited, present) if still_there(live, path)]
         if time.monotonic() - started > timeout:
             raise TimeoutError(f"{len(waited)} objects still there after {timeout:.0f}s, e.g. {waited[:3]}")
         if waited:
