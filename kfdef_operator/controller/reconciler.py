@@ -399,8 +399,11 @@ class Reconciler:
                 await writer.update()
 
         desired, upgraded = await self._build(stack, kfdef, body, step)
-        await step("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
+        if announce:  # written with the inventory of the objects about to be created: one write
+            stack.step = ("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
         first_time = await self._record_intent(stack)
+        if announce and not first_time:
+            await writer.update()
         changes = await self._apply(stack, kfdef, desired, manager, first_time)
         await self._prune(stack, manager)
         stack.record_apply(changes)

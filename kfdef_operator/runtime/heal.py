@@ -107,6 +107,9 @@ class Healer:
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
         self._history: dict[ObjectRef, deque[float]] = defaultdict(deque)
         self._in_sync: dict[ObjectRef, tuple[str, str]] = {}  # drift suspicions the server disproved
+        # Live versions found in line with the desired object they were compared with (kept to tell it is still
+        # the desired one): a status-only update of such a version needs no new comparison.
+        self._matched: dict[ObjectRef, tuple[tuple[str, str], JSON]] = {}
         self._waiting_for_parent: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
         self._deferred: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
         self._background: set[asyncio.Task[None]] = set()
@@ -132,6 +135,8 @@ class Healer:
         self._pending.pop(stack.key, None)
         self._waiting_for_parent.pop(stack.key, None)
         self._deferred.pop(stack.key, None)
+        for ref in stack.desired:
+            self._matched.pop(ref, None)
 
     # -- events --------------------------------------------------------------------
 
@@ -149,6 +154,10 @@ class Healer:
             return
         if stack.owner.claim(obj.get("metadata")) not in (Claim.OURS, Claim.ADOPTED):
             return
+        sync_key = self._sync_key(obj)
+        matched = self._matched.get(ref)
+        if stack.changes and matched is not None and matched[0] == sync_key and matched[1] is stack.desired.get(ref):
+            return  # the same generation, labels and annotations as a version found in line: a status update
         desired = self._stamped(stack, ref, adopted=stack.owner.claim(live.meta) is Claim.ADOPTED)
         digest_changed = not stack.owner.unchanged(live.meta, desired)
         if not stack.changes:
@@ -163,7 +172,9 @@ class Healer:
             if change is not None and change.ok:
                 self._schedule(stack, ref, _Request(DRIFT, time.monotonic()))
             return
-        if drifted(desired, obj) and self._in_sync.get(ref) != self._sync_key(obj):
+        if not drifted(desired, obj):
+            self._matched[ref] = (sync_key, stack.desired[ref])
+        elif self._in_sync.get(ref) != sync_key:
             self._schedule(stack, ref, _Request(DRIFT, time.monotonic()))
 
     def applied(self, stack: Stack) -> None:
@@ -283,8 +294,12 @@ class Healer:
         An object that exists when the create is sent was created by someone
         in the meantime: it is judged again, like any live object.
         """
-        for _ in range(3):
-            live = await manager.kube.get(resource.path_of(ref))
+        # A deletion the watch just reported needs no GET first: the create is create-only, and a 409 means the
+        # object is back already, judged below like any live object.
+        live = None
+        for attempt in range(3):
+            if attempt or request.cause != DELETED:
+                live = await manager.kube.get(resource.path_of(ref))
             if live is None:
                 if ref in stack.run_once:
                     return None

@@ -16,8 +16,8 @@ Apply, per stage (see :mod:`ordering`), with bounded concurrency:
 - an apply refused because an immutable field changed is retried as delete and
   re-create only for objects the owner created, and only for kinds that hold
   no data unless :attr:`ApplyOptions.force` says otherwise; else reported;
-- after the prerequisites stage, every CRD must be Established before custom
-  resources are applied (no "run it twice").
+- custom resources wait until the set's CRDs are Established (no "run it
+  twice"); the other objects of their stage do not wait for the CRDs.
 
 An object that fails is reported in its :class:`Change`; the rest still land.
 Deletes carry the uid of the object that was judged deletable as a
@@ -341,46 +341,90 @@ class ResourceManager:
 
     async def apply_all(self, ownership: Ownership, objects: list[tuple[JSON, Resource]], resolve_later: list[JSON],
                         options: ApplyOptions = ApplyOptions(), progress: Progress | None = None) -> ChangeSet:
-        """Apply a whole set in stages.
+        """Apply a whole set, each object as early as what it needs allows.
 
         ``objects`` are resolved already; ``resolve_later`` are objects whose
         kind is not served yet (custom resources of CRDs in this set): they are
         resolved once the set's CRDs are Established.
+
+        Namespaces and cluster-wide classes go first. Then two branches run at
+        once: the CRDs, their wait for Established and then the custom
+        resources; and the other objects of the resources stage, which need
+        no CRD. Admission objects go last (see :mod:`ordering`).
         """
         stages = ordering.group_by_stage(objects, lambda item: item[0]["kind"])
         total = len(objects) + len(resolve_later)
+        crds = [item for item in stages[ordering.PREREQUISITES] if item[0]["kind"] == "CustomResourceDefinition"]
+        first = [item for item in stages[ordering.PREREQUISITES] if item[0]["kind"] != "CustomResourceDefinition"]
+        # Custom resources wait for the CRDs even when their kind is served already: the set may re-create its CRD.
+        custom = [item for item in stages[ordering.RESOURCES] if ordering.is_custom_group(ref_of(item[0]).group)]
+        builtin = [item for item in stages[ordering.RESOURCES] if not ordering.is_custom_group(ref_of(item[0]).group)]
         changes = ChangeSet()
-        # The later stages' live objects are looked up while the CRDs get Established, not after.
-        later_items = [(ref_of(obj), resource) for stage in ordering.STAGES[1:] for obj, resource in stages[stage]]
+        # Everything after the first items is looked up while those are applied, not after.
+        later_items = [(ref_of(obj), resource) for obj, resource in
+                       [*crds, *builtin, *custom, *stages[ordering.ADMISSION]]]
         lookup = asyncio.create_task(self.lookup(later_items))
+
+        async def report(stage: str) -> None:
+            if progress is not None:
+                await progress(stage, sum(1 for c in changes if c.ok), total)
+
+        async def custom_branch() -> list[Change]:
+            applied = await self.apply_stage(ownership, crds, await lookup, options) if crds else []
+            if options.dry_run:
+                return applied + (await self.apply_stage(ownership, custom, await lookup, options) if custom else [])
+            await self._settle_crds(applied)
+            return applied + await self._apply_custom(ownership, custom, resolve_later, applied, await lookup,
+                                                      options)
+
+        async def builtin_branch() -> list[Change]:
+            return await self.apply_stage(ownership, builtin, await lookup, options) if builtin else []
+
         try:
-            for stage in ordering.STAGES:
-                items = stages[stage]
-                if stage == ordering.RESOURCES and resolve_later:
-                    if options.dry_run:  # their CRDs were not created: the server cannot check them
-                        changes.extend(Change(ref_of(obj), Action.CREATED, "not checked by the API server: its kind "
-                                              "is served once this set's CRDs are installed") for obj in resolve_later)
-                        resolve_later = []
-                    for obj in resolve_later:
-                        try:
-                            items.append((obj, await self.discovery.resource(obj["apiVersion"], obj["kind"])))
-                        except UnknownKind as error:
-                            changes.extend([Change(ref_of(obj), Action.FAILED, str(error))])
-                    items.sort(key=lambda item: ordering.install_rank(item[0]["kind"]))
-                if not items:
-                    continue
-                known = None if stage == ordering.PREREQUISITES else await lookup
-                applied = await self.apply_stage(ownership, items, known, options)
-                if stage == ordering.PREREQUISITES and not options.dry_run:
-                    await self._settle_crds(applied)
-                changes.extend(applied)
-                if progress is not None:
-                    await progress(stage, sum(1 for c in changes if c.ok), total)
+            if first:
+                changes.extend(await self.apply_stage(ownership, first, None, options))
+            if options.dry_run and resolve_later:  # their CRDs were not created: the server cannot check them
+                changes.extend(Change(ref_of(obj), Action.CREATED, "not checked by the API server: its kind is "
+                                      "served once this set's CRDs are installed") for obj in resolve_later)
+            custom_changes, builtin_changes = await asyncio.gather(custom_branch(), builtin_branch())
+            changes.extend(custom_changes)
+            await report(ordering.PREREQUISITES)
+            changes.extend(builtin_changes)
+            await report(ordering.RESOURCES)
+            if stages[ordering.ADMISSION]:
+                changes.extend(await self.apply_stage(ownership, stages[ordering.ADMISSION], await lookup, options))
+                await report(ordering.ADMISSION)
         finally:
             if not lookup.done():
                 lookup.cancel()
             await asyncio.gather(lookup, return_exceptions=True)
         return changes
+
+    async def _apply_custom(self, ownership: Ownership, served: list[tuple[JSON, Resource]], objects: list[JSON],
+                            crd_changes: list[Change], known: Mapping[ObjectRef, Known],
+                            options: ApplyOptions) -> list[Change]:
+        """Custom resources, once the set's CRDs are Established: ``served`` (resolved already) and ``objects``
+        (resolved now; their kinds were not served before).
+
+        Kinds whose CRD this very apply created have no objects yet: they are
+        not looked up (the server answers 429 while a new CRD's storage
+        initialises). One created meanwhile by someone else is adopted when
+        its apply finds it (see :meth:`apply_one`).
+        """
+        changes: list[Change] = []
+        items = list(served)
+        for obj in objects:
+            try:
+                items.append((obj, await self.discovery.resource(obj["apiVersion"], obj["kind"])))
+            except UnknownKind as error:
+                changes.append(Change(ref_of(obj), Action.FAILED, str(error)))
+        if not items:
+            return changes
+        created = {c.ref.name for c in crd_changes if c.action is Action.CREATED}  # CRD names: <plural>.<group>
+        fresh: dict[ObjectRef, Known] = {ref_of(obj): None for obj, resource in items
+                                         if f"{resource.plural}.{resource.group}" in created}
+        items.sort(key=lambda item: ordering.install_rank(item[0]["kind"]))
+        return changes + await self.apply_stage(ownership, items, {**known, **fresh}, options)
 
     # -- CRDs ----------------------------------------------------------------------
 

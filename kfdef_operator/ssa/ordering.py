@@ -4,15 +4,18 @@ Install follows kfctl's InstallOrder, split into stages the way GitOps
 engines do it, so that nothing is applied before what it needs exists:
 
 1. ``prerequisites``: Namespaces, CRDs and cluster-wide classes/quotas. The
-   apply engine waits for every CRD to be Established before stage 2.
+   apply engine applies CRDs beside stage 2's other objects and waits for
+   every CRD to be Established before stage 2's custom resources.
 2. ``resources``: everything else, including custom resources, in kind order.
 3. ``admission``: webhook configurations, admission policies and APIServices
    last, so that a webhook whose backend is not up yet cannot reject the
    stack's own objects.
 
-Teardown reverses it: admission first (so webhooks cannot block deletes),
-then custom resources (while their controllers still run), then the rest,
-then CRDs and finally Namespaces.
+Teardown: admission first (so webhooks cannot block deletes), then custom
+resources (while their controllers still run), then CRDs (while those
+controllers still run too: deleting a CRD deletes the custom resources nobody
+listed, such as those its controller made, and the CRD stays until each is
+gone, finalizers included), then everything else with the Namespaces, at once.
 """
 
 from __future__ import annotations
@@ -45,8 +48,6 @@ _RANK = {kind: i for i, kind in enumerate(_INSTALL_ORDER)}
 _UNKNOWN_RANK = len(_INSTALL_ORDER)  # custom resources and unlisted kinds: after every known kind
 _ADMISSION_RANK = {kind: _UNKNOWN_RANK + 1 + i for i, kind in enumerate(_ADMISSION_ORDER)}
 
-# Kinds whose deletion cascades to many others: removed last at teardown.
-_TEARDOWN_LAST = ("CustomResourceDefinition", "Namespace")
 
 T = TypeVar("T")
 
@@ -92,9 +93,12 @@ def group_by_stage(items: Sequence[T], kind_of: Callable[[T], str]) -> dict[str,
 def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom: Callable[[T], bool]) -> list[list[T]]:
     """Items in the waves a teardown deletes them in; each wave is waited on before the next.
 
-    ``is_custom(item)`` tells custom resources apart: they go right after
-    admission objects, while the controllers that may hold their finalizers
-    still run.
+    ``is_custom(item)`` tells custom resources apart. They go right after
+    admission objects, and CRDs right after them, while the controllers that
+    may hold finalizers on custom resources still run: kube-apiserver deletes
+    a CRD only once every object of its kind is gone, re-checking every 5 s.
+    The rest goes last, Namespaces included, in one wave (in reverse install
+    order, Namespaces at its end).
     """
     admission, custom, rest, crds, namespaces = [], [], [], [], []
     for item in items:
@@ -110,4 +114,4 @@ def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom
         else:
             rest.append(item)
     rest.sort(key=lambda i: install_rank(kind_of(i)), reverse=True)
-    return [wave for wave in (admission, custom, rest, crds, namespaces) if wave]
+    return [wave for wave in (admission, custom, crds, rest + namespaces) if wave]

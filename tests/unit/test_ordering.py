@@ -163,9 +163,9 @@ def test_teardown_waves_order():
     assert waves == [
         [("ValidatingWebhookConfiguration", "vwc"), ("APIService", "api")],
         [("Notebook", "nb"), ("Profile", "profile")],
-        [("Deployment", "web"), ("Service", "svc"), ("ServiceAccount", "sa"), ("ConfigMap", "cm")],
+        # CRDs while the controllers (Deployments) that may finalize their remaining objects still run
         [("CustomResourceDefinition", "crd")],
-        [("Namespace", "ns")],
+        [("Deployment", "web"), ("Service", "svc"), ("ServiceAccount", "sa"), ("ConfigMap", "cm"), ("Namespace", "ns")],
     ]
 
 
@@ -181,12 +181,14 @@ def test_teardown_omits_empty_waves():
     assert teardown_waves([], kind_of, is_custom=is_custom) == []
     assert teardown_waves([("Namespace", "a"), ("Notebook", "b")], kind_of, is_custom=is_custom) == [
         [("Notebook", "b")], [("Namespace", "a")]]
+    assert teardown_waves([("Namespace", "a"), ("ConfigMap", "b")], kind_of, is_custom=is_custom) == [
+        [("ConfigMap", "b"), ("Namespace", "a")]]
 
 
 def test_teardown_keeps_input_order_within_a_wave():
     items = [("Deployment", "b"), ("Deployment", "a"), ("Namespace", "z"), ("Namespace", "y")]
     assert teardown_waves(items, kind_of, is_custom=is_custom) == [
-        [("Deployment", "b"), ("Deployment", "a")], [("Namespace", "z"), ("Namespace", "y")]]
+        [("Deployment", "b"), ("Deployment", "a"), ("Namespace", "z"), ("Namespace", "y")]]
 
 
 def test_teardown_accepts_a_one_shot_iterable():
@@ -205,10 +207,8 @@ def test_teardown_waves_partition_every_item_in_wave_order(items):
         if item[0] in ADMISSION_KINDS:
             return 0
         if item[0] == "CustomResourceDefinition":
-            return 3
-        if item[0] == "Namespace":
-            return 4
-        return 1 if is_custom(item) else 2
+            return 2
+        return 1 if is_custom(item) else 3  # the rest and Namespaces: one wave
 
     for wave in waves:
         assert len({category(item) for item in wave}) == 1
