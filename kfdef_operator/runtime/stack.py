@@ -118,11 +118,12 @@ class Stack:
         self.step = ("Progressing", f"reconciling generation {generation}") if announce else None
 
     def explained(self, change: Change) -> Change:
-        """``change`` with a failed call to one of the stack's own webhooks spelled out in its message."""
-        if change.ok:
-            return change
-        message = explain(change.message, self.webhooks)
-        return change if message == change.message else replace(change, message=message)
+        """``change`` as the stack keeps it: without the object the server returned (nothing reads it after the
+        apply, and a CRD's can weigh hundreds of KiB), a failed call to one of the stack's own webhooks spelled
+        out in its message."""
+        message = change.message if change.ok else explain(change.message, self.webhooks)
+        return change if message == change.message and change.live is None else replace(change, message=message,
+                                                                                          live=None)
 
     def record_apply(self, changes: ChangeSet) -> None:
         """The apply of the current generation finished with these per-object results."""
