@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import json
 import os
 import re
@@ -125,14 +126,15 @@ class FencedWrite(KubeApiError):
 
 
 class _Shared:
-    """What a client and its impersonating views share: request counts by verb, watches opened, the user agent
-    and the write fence."""
+    """What a client and its impersonating views share: request counts by verb, watches opened, the user agent,
+    the write fence and the watches' own connection pool."""
 
     def __init__(self, user_agent: str | None = None) -> None:
         self.by_verb: collections.Counter[str] = collections.Counter()
         self.watches = 0
         self.user_agent = user_agent
         self.fence: Callable[[], bool] | None = None
+        self.watch_api: aio_client.ApiClient | None = None
 
 
 class KubeClient:
@@ -162,7 +164,13 @@ class KubeClient:
         else:
             aio_config.load_incluster_config(client_configuration=configuration)
         configuration.connection_pool_maxsize = pool_size
-        return cls(aio_client.ApiClient(configuration), shared=_Shared(user_agent))
+        shared = _Shared(user_agent)
+        # A watch holds its connection for minutes: watches get a pool of their own, without a limit (one
+        # connection each), so that the requests' pool is never used up by watches (one per kind watched).
+        watch_configuration = copy.copy(configuration)
+        watch_configuration.connection_pool_maxsize = 0
+        shared.watch_api = aio_client.ApiClient(watch_configuration)
+        return cls(aio_client.ApiClient(configuration), shared=shared)
 
     @property
     def fence(self) -> Callable[[], bool] | None:
@@ -198,6 +206,8 @@ class KubeClient:
         return _View(self._api, impersonate=user, shared=self._shared)
 
     async def close(self) -> None:
+        if self._shared.watch_api is not None:
+            await self._shared.watch_api.close()
         await self._api.close()
 
     def stats(self) -> RequestStats:
@@ -307,7 +317,7 @@ class KubeClient:
                   "timeoutSeconds": str(timeout_seconds)}
         self._shared.watches += 1
         headers = await self._headers("application/json", "application/json")
-        response = await self._api.rest_client.request(
+        response = await (self._shared.watch_api or self._api).rest_client.request(
             "GET", self._url(path, params), headers=headers,
             # The server closes the watch after timeoutSeconds; a silent stream beyond that is dead.
             _request_timeout=timeout_seconds + 30)
