@@ -117,6 +117,12 @@ class Bench:
                                           timeout=timeout, what=f"KfDef {name} deletion")
         return gone.at - started
 
+    async def remove_kfdefs(self, *, timeout: float = 600) -> None:
+        """Delete every KfDef left (after a failed scenario) and wait until each is gone, its stack torn down."""
+        listing = await self.kube.request("GET", KFDEFS_PATH)
+        for item in listing.get("items") or []:
+            await self.delete_kfdef(item["metadata"]["name"], timeout=timeout)
+
     async def leftovers(self, workload: Workload, name: str) -> int:
         """Objects still carrying the KfDef's instance label, in every kind of the workload."""
         selector = f"{INSTANCE_LABEL}={Owner(name, KFDEF_NAMESPACE, '').label}"

@@ -143,7 +143,12 @@ async def _scale(bench: Bench, plan: Plan, raw: dict[str, list]) -> None:
         raw["many"].append(await scale.many(bench, plan.many_kfdefs))
     for size in plan.sweep:
         log.info("scale: one KfDef at x%g of the workload", size)
-        raw["sweep"].append(await scale.sweep_point(bench, size * plan.scale))
+        try:
+            raw["sweep"].append(await scale.sweep_point(bench, size * plan.scale))
+        except (RuntimeError, TimeoutError) as error:  # recorded: the session's other figures stand
+            log.error("scale: x%g failed: %s\n%s", size, error, bench.operator.log_tail(40))
+            raw["sweep_failures"].append({"scale": size * plan.scale, "error": str(error)[:2000]})
+            await bench.remove_kfdefs()
 
 
 def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
@@ -180,6 +185,7 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
         "idle.watches": {"value": sum(noop[0]["operator_watches"].values()), "unit": "watches",
                          "by_resource": noop[0]["operator_watches"]},
         "scale.sweep": raw["sweep"],
+        "scale.sweep_failures": raw["sweep_failures"],
     }
     if many:
         results["scale.kfdefs_s"] = summary([m["s"] for m in many], "s", kfdefs=plan.many_kfdefs,
@@ -195,7 +201,8 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     control_plane = await asyncio.to_thread(start_control_plane)
     raw: dict[str, list] = {k: [] for k in ("apply.operator_s", "apply.operator_ready_s", "apply.floor_s", "render.s",
                                             "kubectl", "noop", "idle", "teardown.s", "teardown.floor_s", "many",
-                                            "sweep", "workloads", "release.rss_mb", "release.noop")}
+                                            "sweep", "sweep_failures", "workloads", "release.rss_mb",
+                                            "release.noop")}
     kube = await KubeClient.connect(str(control_plane.kubeconfig))
     archive_dir = work_dir / "archives"
     archive_dir.mkdir(parents=True, exist_ok=True)
@@ -261,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", default="", help=f"comma-separated parts not to run ({', '.join(SKIPPABLE)}); "
                                                      "their figures are carried over from the results file")
     parser.add_argument("--idle-window", type=float, help="seconds at rest for the idle figures")
+    parser.add_argument("--rounds", type=int, help="rounds of the synthetic workload (and of the release)")
+    parser.add_argument("--sweep", help="comma-separated sizes of the sweep, as multiples of the workload")
     parser.add_argument("--report-only", action="store_true",
                         help="only write benchmarks.md and .png again from an existing results file")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json; "
@@ -283,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     if skip - set(SKIPPABLE):
         parser.error(f"--skip: unknown parts {sorted(skip - set(SKIPPABLE))}")
     plan = dataclasses.replace(plan, skip=skip, idle_window_s=args.idle_window or plan.idle_window_s)
+    if args.rounds:
+        plan = dataclasses.replace(plan, rounds=args.rounds, release_rounds=min(args.rounds, plan.release_rounds))
+    if args.sweep:
+        plan = dataclasses.replace(plan, sweep=tuple(float(size) for size in args.sweep.split(",")))
     with tempfile.TemporaryDirectory(prefix="kfdef-bench-", dir="/dev/shm") as work_dir:
         results = asyncio.run(_session(plan, Path(work_dir), args.out, args.docs))
     _carry_over(results, args.out, skip)
