@@ -63,7 +63,8 @@ def plot(results: JSON, path: Path, before: JSON | None = None) -> None:
         scale_axis.errorbar([many["objects"]], [many["median"]], yerr=[[many["median"] - many["min"]],
                                                                        [many["max"] - many["median"]]],
                             marker="s", color="#C44E52", capsize=4,
-                            label=f"{many['kfdefs']} KfDefs at once: all Ready")
+                            label=f"{many['kfdefs']} KfDefs at once: all Ready"
+                                  + (f" (session of {many['session'][:10]})" if many.get("session") else ""))
     scale_axis.set_title("Growth with objects")
     scale_axis.set_xlabel("objects")
     scale_axis.set_ylabel("seconds")

@@ -258,7 +258,8 @@ def _carry_over(results: dict, previous: Path, skip: frozenset[str]) -> None:
     prefixes = tuple(prefix for part in skip for prefix in SKIPPABLE[part])
     for key, value in old.items():
         if key.startswith(prefixes) and not results.get(key):
-            results[key] = value
+            results[key] = {**value, "session": value.get("session") or old["meta"]["date"]} if isinstance(
+                value, dict) and "median" in value else value
 
 
 def main(argv: list[str] | None = None) -> int:
