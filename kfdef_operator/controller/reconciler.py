@@ -54,6 +54,7 @@ from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.heal import Healer
 from kfdef_operator.runtime.identity import Identities, StackIdentity
+from kfdef_operator.runtime.memory import release_free_memory
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Failure, InventoryEntry, Stack, decode_inventory
 from kfdef_operator.runtime.status import StatusWriter
@@ -271,6 +272,7 @@ class Reconciler:
             delay = await self._failed(stack, error)
         result = "error" if stack.failure or stack.failed_changes() or stack.teardown and stack.teardown[1] else "success"
         metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
+        release_free_memory()  # what the run decoded is freed: hand its pages back
         return delay
 
     def manager_for(self, stack: Stack) -> ResourceManager | None:
