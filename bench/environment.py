@@ -56,5 +56,5 @@ async def describe(bench: Bench, workload: Workload, plan: Plan) -> dict[str, An
         "workload": {"objects": workload.total, "by_kind": workload.counts, "namespaces": len(workload.namespaces),
                      "crds_over_256kib": workload.crds_over_256kib,
                      "largest_crd_kib": round(workload.largest_crd_bytes / 1024)},
-        "plan": dataclasses.asdict(plan),
+        "plan": {**dataclasses.asdict(plan), "skip": sorted(plan.skip)},
     }
