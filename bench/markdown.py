@@ -289,6 +289,24 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "",
         *_misses(results),
         "",
+        "## Findings of issue 18",
+        "",
+        "- **The CRD that took over 60 s to go** (`customresourcecleanup.apiextensions.k8s.io`): kube-apiserver "
+        "deletes a CRD only after every object of its kind is gone; its finalizer deletes the remaining objects, "
+        "then re-checks every 5 s for up to a minute and starts over. One object with a finalizer whose controller "
+        "is gone holds the CRD for ever. The operator's teardown deleted the controllers (the Deployments, in the "
+        "wave of the rest) before the CRDs, so custom resources nobody listed (those a controller makes) could keep "
+        "their finalizers; it now deletes the CRDs right after the custom resources, while the controllers run, and "
+        "the rest with the Namespaces in one wave after them. The profiler also gave up after one run of the "
+        "teardown, where the operator retries with its delays: it now runs the teardown again until the KfDef is "
+        "gone. (It also raced a standby preparation rendering into the same directory, since fixed.)",
+        "- **Ten times the workload never finished before**: the operator's watches (one per kind; 114 at 10x) "
+        "shared the requests' connection pool of 64, so every request waited for a connection until it timed out "
+        "and the status was never written (`StatusNotWritten` once a minute). Watches now have a pool of their own.",
+        "- **Lookups of custom resources right after their CRD was created** waited 1 s each: kube-apiserver answers "
+        "429 (`storage is (re)initializing`) with `Retry-After: 1`. A kind whose CRD the apply itself created has no "
+        "objects, so its objects are no longer looked up.",
+        "",
         "## What each figure measures",
         "",
         "- `apply.operator_s`: from the KfDef create call returning until the KfDef's status reports every object "
