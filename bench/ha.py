@@ -27,8 +27,8 @@ if __package__ in (None, ""):  # run as ``python bench/ha.py``
 from . import fleet, operator_runs, report  # noqa: E402
 from .context import Bench  # noqa: E402
 from .replicas import LEASE_DURATION_S, ReplicaSet, failover, handover, lead  # noqa: E402
-from .stats import summary  # noqa: E402
 from .standalone import run_alone  # noqa: E402
+from .stats import summary  # noqa: E402
 
 log = logging.getLogger("bench.ha")
 ROOT = Path(__file__).resolve().parents[1]

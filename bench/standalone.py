@@ -4,8 +4,9 @@ archive server and KfDef stream, and an operator process that is never started (
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 from kfdef_operator.ssa.client import KubeClient
 from tests.operator_process import OperatorProcess

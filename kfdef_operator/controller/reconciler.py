@@ -270,7 +270,8 @@ class Reconciler:
             delay = await (self._teardown(stack, body) if deleting else self._reconcile(stack, body))
         except Exception as error:  # every error becomes a condition and an Event, then a retry
             delay = await self._failed(stack, error)
-        result = "error" if stack.failure or stack.failed_changes() or stack.teardown and stack.teardown[1] else "success"
+        failed = stack.failure or stack.failed_changes() or (stack.teardown and stack.teardown[1])
+        result = "error" if failed else "success"
         metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
         release_free_memory()  # what the run decoded is freed: hand its pages back
         return delay
@@ -422,7 +423,8 @@ class Reconciler:
         if changes.written or failures:
             level = "Warning" if failures else "Normal"
             await self.events.record(stack.owner, level, "ApplyFailed" if failures else "Applied",
-                                     f"{changes.summary()}" + (f"; {cond.failure_summary(failures)}" if failures else ""))
+                                     f"{changes.summary()}"
+                                     + (f"; {cond.failure_summary(failures)}" if failures else ""))
         if failures:
             attempt = self._attempts.get(stack.key, 0)
             self._attempts[stack.key] = attempt + 1
@@ -478,7 +480,8 @@ class Reconciler:
             stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
         stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
                                       "kinds": sorted({u.kind for u in upgraded.upgraded}),
-                                      "notes": [cond.truncate(n, 256) for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]}
+                                      "notes": [cond.truncate(n, 256)
+                                                for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]}
         return desired, upgraded.summary() if upgraded.upgraded else ""
 
     async def _record_intent(self, stack: Stack) -> set[ObjectRef]:
@@ -617,7 +620,8 @@ class Reconciler:
         a KfDef deleted with ``--cascade=orphan`` (Kubernetes' own ``orphan`` finalizer, which also makes the
         garbage collector drop the ownerReferences) is let go without touching its objects, and so is one whose
         ServiceAccount is gone (nothing may be deleted with another identity; deleting a namespace removes its
-        ServiceAccounts and KfDefs together), though the garbage collector still deletes its dependents. A suspended KfDef is torn down like any other: deleting it is its
+        ServiceAccounts and KfDefs together), though the garbage collector still deletes its dependents. A suspended
+        KfDef is torn down like any other: deleting it is its
         owner's explicit request.
         """
         writer = self.writers[stack.key]

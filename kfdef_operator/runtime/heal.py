@@ -142,7 +142,8 @@ class Healer:
 
     def observe(self, stack: Stack, event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
         """Decide whether a watch event about one of the stack's objects calls for a heal."""
-        if stack.suspended or stack.deleting or live.meta["annotations"].get(RECONCILE_ANNOTATION) == RECONCILE_DISABLED:
+        opted_out_here = live.meta["annotations"].get(RECONCILE_ANNOTATION) == RECONCILE_DISABLED
+        if stack.suspended or stack.deleting or opted_out_here:
             return
         if event_type == "DELETED":
             if ref in stack.run_once:
@@ -194,7 +195,8 @@ class Healer:
     def _sync_key(obj: JSON) -> tuple[str, str]:
         meta = obj.get("metadata") or {}
         version = str(meta.get("generation") or meta.get("resourceVersion"))
-        return version, repr(sorted((meta.get("labels") or {}).items())) + repr(sorted((meta.get("annotations") or {}).items()))
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        return version, repr(sorted(labels.items())) + repr(sorted(annotations.items()))
 
     def _schedule(self, stack: Stack, ref: ObjectRef, request: _Request) -> None:
         history = self._history[ref]
@@ -318,8 +320,9 @@ class Healer:
             reclaimed = claim is Claim.UNCLAIMED and bool(request.uid) and meta.get("uid") == request.uid
             if opted_out(meta) or claim is Claim.FOREIGN or (claim is Claim.UNCLAIMED and not reclaimed):
                 if request.cause == DELETED and not opted_out(meta):
-                    stack.record_heal(Change(ref, Action.CONFLICT, "deleted, then created again by someone else; "
-                                                                   "left alone (delete it to let the stack re-create it)"))
+                    stack.record_heal(Change(ref, Action.CONFLICT,
+                                             "deleted, then created again by someone else; left alone (delete it "
+                                             "to let the stack re-create it)"))
                 return None
             desired = self._stamped(stack, ref, adopted=claim is Claim.ADOPTED)
             if stack.owner.unchanged(meta, desired):
@@ -352,7 +355,8 @@ class Healer:
         log.warning("heal of %s of %s failed, retrying in %.1fs: %s", ref, stack.owner, delay, error)
         stack.record_heal(Change(ref, Action.FAILED, f"heal failed: {manager.describe(error)}"))
         # A failed heal is retried on its own backoff; it is not a fight (nothing was healed).
-        retry = _Request(request.cause, request.observed_at, request.uid, time.monotonic() + delay, request.failures + 1)
+        retry = _Request(request.cause, request.observed_at, request.uid, time.monotonic() + delay,
+                         request.failures + 1)
         self._pending[stack.key][ref] = retry
         self._wake.setdefault(stack.key, asyncio.Event()).set()
 

@@ -16,7 +16,7 @@ def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
     name = ctypes.util.find_library("c")
     try:
-        return getattr(ctypes.CDLL(name), "malloc_trim") if name else None
+        return ctypes.CDLL(name).malloc_trim if name else None
     except (OSError, AttributeError):
         return None
 

@@ -4,7 +4,8 @@ One watch per resource kind, cluster-wide, filtered server-side by the
 ownership label, so at rest the operator sends no request besides its open
 watches. A namespace-scoped operator (install modes other than
 AllNamespaces) may not list cluster-wide: it watches a namespaced kind per
-namespace instead, each target being ``(resource, namespace)``. The cache holds only what decisions need (ownership stamps, digest,
+namespace instead, each target being ``(resource, namespace)``. The cache holds only what decisions need (ownership
+stamps, digest,
 readiness), never whole objects: Kubeflow CRDs alone weigh megabytes.
 
 Every change is handed to a listener (``ADDED``, ``MODIFIED``, ``DELETED``)

@@ -309,7 +309,8 @@ class ResourceManager:
                 return Change(ref, Action.FAILED, f"re-create: delete failed: {self.describe(delete_error)}")
         gone = await self._wait_gone(ref, resource.version, timeout=60)
         if gone is not True:
-            return Change(ref, Action.FAILED, f"re-create: the old object is {gone}; it will be applied once it is gone")
+            return Change(ref, Action.FAILED,
+                          f"re-create: the old object is {gone}; it will be applied once it is gone")
         try:
             live, _ = await self.kube.apply(path, stamped, field_manager=ownership.field_manager)
         except KubeApiError as apply_error:
@@ -337,7 +338,7 @@ class ResourceManager:
 
         results = await self._gather([apply(obj, resource) for obj, resource in items])
         return [result if isinstance(result, Change) else Change(ref_of(obj), Action.FAILED, self.describe(result))
-                for (obj, _), result in zip(items, results)]
+                for (obj, _), result in zip(items, results, strict=True)]
 
     async def apply_all(self, ownership: Ownership, objects: list[tuple[JSON, Resource]], resolve_later: list[JSON],
                         options: ApplyOptions = ApplyOptions(), progress: Progress | None = None) -> ChangeSet:
@@ -431,7 +432,7 @@ class ResourceManager:
     async def _settle_crds(self, changes: list[Change]) -> None:
         """Wait until every applied CRD is Established; mark those that never are as failed."""
         crds = [c for c in changes if c.ok and c.ref.kind == "CustomResourceDefinition"]
-        for change, result in zip(crds, await self._gather([self.wait_established(c) for c in crds])):
+        for change, result in zip(crds, await self._gather([self.wait_established(c) for c in crds]), strict=True):
             if isinstance(result, BaseException):
                 change.action, change.message = Action.FAILED, f"not Established: {result}"
 
@@ -562,7 +563,7 @@ class ResourceManager:
         for wave in self._waves(stale):
             answers = await self._remove_wave(ownership, wave, dry_run)
             changes.extend(answer if isinstance(answer, Change) else self._failed(ref, answer)
-                           for (ref, _), answer in zip(wave, answers))
+                           for (ref, _), answer in zip(wave, answers, strict=True))
         return changes
 
     async def teardown(self, ownership: Ownership, inventory: Mapping[ObjectRef, str], *, wave_timeout: float = 60.0,
@@ -573,7 +574,7 @@ class ResourceManager:
         for wave in self._waves(inventory):
             answers = await self._remove_wave(ownership, wave)
             pending: list[tuple[ObjectRef, str]] = []
-            for (ref, version), answer in zip(wave, answers):
+            for (ref, version), answer in zip(wave, answers, strict=True):
                 change = answer if isinstance(answer, Change) else self._failed(ref, answer)
                 if change.action is Action.FAILED:
                     result.remaining.append((ref, f"delete failed: {change.message}"))
@@ -582,7 +583,7 @@ class ResourceManager:
                 else:
                     result.changes.extend([change])
             gone = await self._gather([self._wait_gone(ref, version, wave_timeout) for ref, version in pending])
-            for (ref, _), waited in zip(pending, gone):
+            for (ref, _), waited in zip(pending, gone, strict=True):
                 if waited is True:
                     result.changes.extend([Change(ref, Action.DELETED)])
                 else:
@@ -613,7 +614,8 @@ class ResourceManager:
                 finalizers = (live.get("metadata") or {}).get("finalizers") or []
                 blocked = f"; finalizers: {', '.join(finalizers)}" if finalizers else ""
                 if ref.kind == "Namespace":  # what keeps a namespace Terminating is in its conditions
-                    blocked += "".join(f"; {c.get('message')}" for c in (live.get("status") or {}).get("conditions") or []
+                    conditions = (live.get("status") or {}).get("conditions") or []
+                    blocked += "".join(f"; {c.get('message')}" for c in conditions
                                        if c.get("status") == "True" and c.get("message"))
                 return f"still terminating after {timeout:.0f}s{blocked}"
             await asyncio.sleep(delay)

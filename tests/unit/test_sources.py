@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import http.server
 import io
-import socket
 import re
+import socket
 import tarfile
 import threading
 from collections.abc import Callable
