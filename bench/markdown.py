@@ -333,7 +333,11 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "ClusterRole that kube-controller-manager re-creates counts as gone once the one deleted is).",
         "- `release.noop.writes`, `idle.*`, `idle.writes`: the v1.11.0 release and a synthetic stack deployed "
         "together, the operator restarted (its resume reconcile of both is the no-op), then left at rest. "
-        "`release.rss_mb`: the operator's VmRSS 5 s after the release alone was Ready (first apply).",
+        "`release.rss_mb`: the operator's VmRSS 5 s after the release alone was Ready (first apply). "
+        f"`idle.writes` counts every client's writes of the stacks' objects, KfDefs and Events: "
+        f"{results['idle.writes']['by_request'] or 'none'} (the operator's own client sent "
+        f"{sum(results['idle.requests_per_min']['by_verb'].values()) if results['idle.requests_per_min']['by_verb'] else 0}"
+        " requests at rest; Events of the release's simulated pods are written by cluster components).",
         f"- `idle.*`: operator at rest with both stacks deployed, over {idle['window_s']:.0f} s: its own requests by "
         f"verb {idle['by_verb'] or '{}'} (watches are not requests here); all clients' reads of the stack's resources "
         f"on the server: {idle['server_reads_per_min_all_clients']:.1f}/min. Open watches of the operator (server "
