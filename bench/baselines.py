@@ -146,7 +146,7 @@ async def delete_applied(bench: Bench, objects: list[JSON], *, timeout: float = 
     waited = [path for obj, path in targets if obj["kind"] in _CLUSTER_KINDS_WAITED]
     while True:
         present = await asyncio.gather(*(bench.kube.get(path) for path in waited))
-        waited = [path for path, live in zip(waited, present) if live is not None]
+        waited = [path for path, live in zip(waited, present, strict=True) if live is not None]
         if not waited:
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
@@ -162,7 +162,7 @@ async def floor_teardown(bench: Bench, objects: list[JSON], *, timeout: float = 
     """
     targets = [path for _, path, _ in await paths(bench.kube, objects)]
     uids = {path: (live.get("metadata") or {}).get("uid") for path, live in
-            zip(targets, await bench.kube.gather_limited([bench.kube.get(p) for p in targets], FLOOR_CONCURRENCY))
+            zip(targets, await bench.kube.gather_limited([bench.kube.get(p) for p in targets], FLOOR_CONCURRENCY), strict=True)
             if isinstance(live, dict)}
 
     async def delete(path: str) -> None:
@@ -180,7 +180,7 @@ async def floor_teardown(bench: Bench, objects: list[JSON], *, timeout: float = 
     waited = list(uids)
     while waited:
         present = await bench.kube.gather_limited([bench.kube.get(path) for path in waited], FLOOR_CONCURRENCY)
-        waited = [path for path, live in zip(waited, present) if still_there(live, path)]
+        waited = [path for path, live in zip(waited, present, strict=True) if still_there(live, path)]
         if time.monotonic() - started > timeout:
             raise TimeoutError(f"{len(waited)} objects still there after {timeout:.0f}s, e.g. {waited[:3]}")
         if waited:

@@ -190,7 +190,7 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
     if many:
         results["scale.kfdefs_s"] = summary([m["s"] for m in many], "s", kfdefs=plan.many_kfdefs,
                                             objects=many[0]["objects"], teardown_s=[m["teardown_s"] for m in many])
-    for key, entry in results.items():
+    for entry in results.values():
         if isinstance(entry, dict):
             entry.setdefault("value", entry.get("median"))
     return results

@@ -31,7 +31,7 @@ async def many(bench: Bench, count: int, *, timeout: float = 900) -> dict:
     ready = await asyncio.gather(*(bench.wait_kfdef(n, is_ready, after=mark, timeout=timeout, what="Ready")
                                    for n in names))
     all_ready_s = max(a.at for a in ready) - started
-    deployed = [Deployed(n, w, 0.0, 0.0) for n, (w, _) in zip(names, stacks)]
+    deployed = [Deployed(n, w, 0.0, 0.0) for n, (w, _) in zip(names, stacks, strict=True)]
     teardown_started = time.monotonic()
     await asyncio.gather(*(teardown(bench, d, timeout=timeout) for d in deployed))
     return {"s": all_ready_s, "objects": sum(w.total for w, _ in stacks),
