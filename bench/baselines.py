@@ -162,7 +162,8 @@ async def floor_teardown(bench: Bench, objects: list[JSON], *, timeout: float = 
     """
     targets = [path for _, path, _ in await paths(bench.kube, objects)]
     uids = {path: (live.get("metadata") or {}).get("uid") for path, live in
-            zip(targets, await bench.kube.gather_limited([bench.kube.get(p) for p in targets], FLOOR_CONCURRENCY), strict=True)
+            zip(targets, await bench.kube.gather_limited([bench.kube.get(p) for p in targets], FLOOR_CONCURRENCY),
+                strict=True)
             if isinstance(live, dict)}
 
     async def delete(path: str) -> None:

@@ -318,7 +318,8 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "- `apply.kubectl_ssa_s`: `kubectl apply --server-side --force-conflicts -f rendered.yaml` (custom resources "
         "fail), `kubectl wait --for condition=established crd -l <run label>`, the same apply again. Rendering "
         "(`render.s`, `kfdef-operator build`) is not included.",
-        f"- `apply.floor_s`: every rendered object server-side applied at once ({results['apply.floor_s']['concurrency']}"
+        "- `apply.floor_s`: every rendered object server-side applied at once "
+        f"({results['apply.floor_s']['concurrency']}"
         " in flight) through the operator's own client, 404s (namespace or CRD not there yet) retried every 20 ms; "
         "no stages, no waits.",
         "- `noop.*`: the operator restarted with the stack deployed. `noop.s`: from the new process answering "
@@ -327,7 +328,8 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "`noop.writes` counts write requests on the server (`apiserver_request_total`, no dry runs, the stack's "
         "resources except their `status`, `kfdefs` and `events`) over the restart and 2 s after, whoever sent "
         f"them; the operator's own client counted {noop['operator_client']} writes.",
-        f"- `heal.*`: see `bench/heal.py`; Deployment heals measured on a watch ({results['heal.p50_ms']['resolution']}).",
+        "- `heal.*`: see `bench/heal.py`; Deployment heals measured on a watch "
+        f"({results['heal.p50_ms']['resolution']}).",
         "- `teardown.s`: from the KfDef delete call returning until the KfDef is gone and no object of any kind in "
         "the workload carries its instance label (cluster-scoped ones included).",
         "- `teardown.floor_s`: every object of the workload deleted at once (48 in flight, background propagation) "
@@ -338,7 +340,7 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "`release.rss_mb`: the operator's VmRSS 5 s after the release alone was Ready (first apply). "
         f"`idle.writes` counts every client's writes of the stacks' objects, KfDefs and Events: "
         f"{results['idle.writes']['by_request'] or 'none'} (the operator's own client sent "
-        f"{sum(results['idle.requests_per_min']['by_verb'].values()) if results['idle.requests_per_min']['by_verb'] else 0}"
+        f"{sum((results['idle.requests_per_min']['by_verb'] or {}).values())}"
         " requests at rest; Events of the release's simulated pods are written by cluster components).",
         f"- `idle.*`: operator at rest with both stacks deployed, over {idle['window_s']:.0f} s: its own requests by "
         f"verb {idle['by_verb'] or '{}'} (watches are not requests here); all clients' reads of the stack's resources "

@@ -50,7 +50,8 @@ async def teardown(bench: Bench, deployed: Deployed, *, timeout: float = 300) ->
 
 def _operator_writes(metrics: dict[str, float]) -> int:
     return int(sum(v for k, v in metrics.items()
-                   if k.startswith("kfdef_api_requests_total{") and any(f'verb="{w}"' in k for w in _OPERATOR_WRITE_VERBS)))
+                   if k.startswith("kfdef_api_requests_total{")
+                   and any(f'verb="{w}"' in k for w in _OPERATOR_WRITE_VERBS)))
 
 
 async def _reconcile_count(bench: Bench, result: str) -> int:

@@ -77,7 +77,8 @@ def plot(results: JSON, path: Path, before: JSON | None = None) -> None:
         steps_axis.barh([r - 0.2 for r in rows], [profile["apply"]["steps_s"][k] for k in labels], height=0.4,
                         color="#8172B2", label=f"first apply ({profile['apply']['reconcile_wall_s']:.1f} s wall)")
         steps_axis.barh([r + 0.2 for r in rows], [profile["noop"]["steps_s"][k] for k in labels], height=0.4,
-                        color="#CCB974", label=f"no-op after restart ({profile['noop']['reconcile_wall_s']:.1f} s wall)")
+                        color="#CCB974",
+                        label=f"no-op after restart ({profile['noop']['reconcile_wall_s']:.1f} s wall)")
         steps_axis.set_yticks(list(rows), labels, fontsize=8)
         steps_axis.invert_yaxis()
         steps_axis.set_title(f"Where one reconcile of {profile['objects']} objects spends its time (s)")

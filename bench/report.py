@@ -136,7 +136,8 @@ def ratios(results: JSON) -> JSON:
     operator = results["apply.operator_s"]["value"]
     return {"operator/kubectl": operator / results["apply.kubectl_ssa_s"]["value"],
             "operator/floor": operator / results["apply.floor_s"]["value"],
-            "operator_ready/kubectl": results["apply.operator_ready_s"]["value"] / results["apply.kubectl_ssa_s"]["value"],
+            "operator_ready/kubectl":
+                results["apply.operator_ready_s"]["value"] / results["apply.kubectl_ssa_s"]["value"],
             "kubectl/floor": results["apply.kubectl_ssa_s"]["value"] / results["apply.floor_s"]["value"],
             "noop/apply": results["noop.s"]["value"] / operator,
             **release_ratios(results)}

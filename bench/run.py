@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kfdef-bench-", dir="/dev/shm") as work_dir:
         results = asyncio.run(_session(plan, Path(work_dir), args.out, args.docs))
     _carry_over(results, args.out, skip)
-    args.out.with_suffix(".raw.json").write_text(json.dumps(results, indent=1, default=repr) + "\n")  # kept if the report fails
+    args.out.with_suffix(".raw.json").write_text(json.dumps(results, indent=1,
+                                                            default=repr) + "\n")  # kept if the report fails
     report.write(results, args.out, args.docs)
     log.info("wrote %s, %s", args.out, args.docs / "benchmarks.md")
     return 0

@@ -2,8 +2,8 @@
 
 At ``scale=1`` the stack holds about 600 objects:
 
-- 90 CustomResourceDefinitions, 4 of them larger than 256 KiB as JSON (client-side apply could not store them in its last-applied
-  annotation);
+- 90 CustomResourceDefinitions, 4 of them larger than 256 KiB as JSON (client-side apply could not store them in
+  its last-applied annotation);
 - 250 other cluster-scoped objects: 5 Namespaces, ClusterRoles,
   ClusterRoleBindings and 10 webhook configurations that either fail open
   (``failurePolicy: Ignore``) or match nothing, because the simulated cluster
@@ -292,7 +292,8 @@ def generate(parent: Path, *, scale: float = 1.0, suffix: str | None = None) -> 
           [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": _labels(suffix, "namespaces")}}
            for ns in builder.namespaces])
     _dump(root / "common" / "namespaces" / "base" / "kustomization.yaml",
-          [{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["namespaces.yaml"]}])
+          [{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": ["namespaces.yaml"]}])
     applications = [{"name": "namespaces",
                      "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "common/namespaces"}}}]
     workload = Workload(root, suffix, shape, builder.namespaces, applications)
