@@ -63,3 +63,19 @@ def namespace(kube) -> Iterator[str]:
     kube.create_namespace(name)
     yield name
     kube.delete_namespace(name)
+
+
+@pytest.fixture
+def no_other_operator() -> Iterator[None]:
+    """Pause every operator process still running (a shared fixture's) for the test, which starts its own: two
+    operators reconciling one KfDef would race each other's status."""
+    from tests.operator_process import STARTED
+
+    paused = [process for process in STARTED if process.popen is not None]
+    for process in paused:
+        process.stop()
+    try:
+        yield
+    finally:
+        for process in paused:
+            process.start()

@@ -24,7 +24,7 @@ from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.live import LiveView
-from kfdef_operator.ssa.webhooks import explain
+from kfdef_operator.ssa.webhooks import BLOCKED_BY_OWN_WEBHOOK, explain
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ def readiness(stack: Stack, live: LiveView) -> tuple[list[tuple[str, str]], list
                 unhealthy.append((str(ref), "missing"))
         elif not tracked.health.ready:
             unhealthy.append((str(ref), explain(tracked.health.message, stack.webhooks)))
+    # Objects held up by the stack's own webhooks first: the message lists only the first few, and those name
+    # what to fix (the webhook and its Service), where the rest usually wait on them.
+    unhealthy.sort(key=lambda item: BLOCKED_BY_OWN_WEBHOOK not in item[1])
     return failures, unhealthy
 
 

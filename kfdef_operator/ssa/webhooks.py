@@ -35,6 +35,9 @@ class Webhook:
     target: str         # "service <ns>/<name>" (and the APIService it leads to), or "<url>"
 
 
+#: How a message names a call its own stack's webhook refused (see :func:`explain`).
+BLOCKED_BY_OWN_WEBHOOK = "blocked by the stack's own webhook"
+
 def _target(client_config: JSON) -> str:
     service = client_config.get("service")
     if not service:
@@ -74,6 +77,6 @@ def explain(message: str, webhooks: Mapping[str, Webhook]) -> str:
     if failed is None or webhook is None:
         return message
     cause = failed["cause"].strip()
-    return (f"{message[:failed.start()]}blocked by the stack's own webhook {webhook.configuration}/{webhook.name}: "
+    return (f"{message[:failed.start()]}{BLOCKED_BY_OWN_WEBHOOK} {webhook.configuration}/{webhook.name}: "
             f"kube-apiserver cannot call its {webhook.target} ({cause}); no ready backend serves it in this "
             "cluster yet")

@@ -232,7 +232,8 @@ def restricted_operator_kubeconfig(kube, control_plane, tmp_path: Path, namespac
     return path
 
 
-def test_a_forbidden_list_reaches_status_and_events(control_plane, kfdef_crd, kube, kfdef_namespace, tmp_path):
+def test_a_forbidden_list_reaches_status_and_events(control_plane, kfdef_crd, kube, kfdef_namespace, tmp_path,
+                                                    no_other_operator):
     kubeconfig = restricted_operator_kubeconfig(kube, control_plane, tmp_path, kfdef_namespace)
     repo = tmp_path / "repo"
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": kfdef_namespace},

@@ -192,8 +192,16 @@ def test_deploy_applies_everything_but_what_the_stacks_own_webhooks_block(run: R
                         "refused (release defects)": len(failures) - len(blocked), "upgraded": summary["upgraded"]})
     if not failures:
         # Not Ready, truthfully: the stack's pods are refused by its own webhooks, and the status says so.
-        wait_for(lambda: BLOCKED in run.condition("Ready").get("message", ""), timeout=180,
-                 what="Ready to name a webhook that blocks the stack's pods")
+        seen: list[str] = []
+
+        def names_the_webhook() -> bool:
+            seen[:] = [run.condition("Ready").get("message", "")]
+            return BLOCKED in seen[0]
+
+        try:
+            wait_for(names_the_webhook, timeout=180, what="Ready to name a webhook that blocks the stack's pods")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; Ready said: {seen}") from None
         ready = run.condition("Ready")
         assert ready["status"] == "False" and ready["reason"] == "WaitingForHealth"
         assert f"pods not created: {BLOCKED}" in ready["message"]
