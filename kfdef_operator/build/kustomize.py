@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import resource
 import signal
 import subprocess
 import tempfile
@@ -122,13 +123,30 @@ def _version(path: Path, _modified: int) -> str:
     return lines[0]
 
 
+GO_GC_PERCENT = "400"
+"""kustomize's ``GOGC``: a large build (Kubeflow v1.11.0's ``example/``, 653 objects) spends a third of its CPU in
+Go's garbage collector at the default 100; at 400 it takes 0.76 x the wall time and 0.68 x the CPU, holding about
+twice the memory, which :func:`go_memory_limit` keeps below the process's memory limit."""
+
+UNLIMITED_GO_MEMORY_LIMIT = 512 * 1024 * 1024
+"""kustomize's ``GOMEMLIMIT`` when its process has no memory limit (``kfdef-operator build`` outside the operator)."""
+
+
+def go_memory_limit() -> int:
+    """kustomize's ``GOMEMLIMIT`` in bytes: half the inherited RLIMIT_DATA (the render's memory limit), so that the
+    garbage collector works harder well before the hard limit, which still stops a runaway build."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    return UNLIMITED_GO_MEMORY_LIMIT if soft == resource.RLIM_INFINITY else soft // 2
+
+
 def scrubbed_environment(home: Path) -> dict[str, str]:
     """The whole environment kustomize (and ``git``, for allowed remote bases) gets: none of the operator's
     variables (credentials, ``KUBECONFIG``, proxies, cloud settings), ``HOME``/``TMPDIR``/XDG directories in
-    ``home``, :data:`MINIMAL_PATH`, and git told never to prompt or read a system configuration."""
+    ``home``, :data:`MINIMAL_PATH`, git told never to prompt or read a system configuration, and Go's garbage
+    collector tuned for speed within the memory limit (:data:`GO_GC_PERCENT`, :func:`go_memory_limit`)."""
     return {"PATH": MINIMAL_PATH, "HOME": str(home), "TMPDIR": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_CACHE_HOME": str(home / ".cache"), "LANG": "C.UTF-8", "GIT_TERMINAL_PROMPT": "0",
-            "GIT_CONFIG_NOSYSTEM": "1"}
+            "GIT_CONFIG_NOSYSTEM": "1", "GOGC": GO_GC_PERCENT, "GOMEMLIMIT": str(go_memory_limit())}
 
 
 def build(path: Path, *, binary: KustomizeBinary | None = None, home: Path | None = None,

@@ -105,10 +105,10 @@ class Write:
     def succeeded(self) -> bool:
         return 200 <= self.code < 300
 
-    def landed(self, killed: str) -> bool:
-        """Whether the write took effect, as far as the log can tell: it succeeded, or the ``killed`` replica sent it
-        and died waiting (the server applied it but had nobody to answer: the log records a timeout, 504)."""
-        return self.succeeded or (self.user == killed and self.code == 504)
+    def unanswered(self, killed: str) -> bool:
+        """The ``killed`` replica sent it and died waiting: the log records a timeout (504) whether or not the
+        server went on to store it (a request whose client is gone may be cancelled before it reaches etcd)."""
+        return self.user == killed and self.code == 504
 
     def of_object(self, resource: str, namespace: str | None, name: str) -> bool:
         return (self.resource, self.namespace, self.name, self.subresource) == (resource, namespace or "", name, "")
@@ -132,6 +132,23 @@ def writes(plane: ControlPlane, users: Iterable[str], *, since: float = 0.0, lea
                            ref.get("subresource", ""), namespace, ref.get("name", ""),
                            int((event.get("responseStatus") or {}).get("code") or 0), at))
     return found
+
+
+def landed(object_writes: list[Write], killed: str) -> list[Write]:
+    """The writes to one object that took effect, in order: those that succeeded, and those of the ``killed``
+    replica left unanswered unless a later create (HTTP 201) of the object shows it was not there, so the
+    unanswered write was not stored (nothing deleted it in between, or that delete would be in the log)."""
+    ordered = sorted(object_writes, key=lambda w: w.at)
+    took_effect = []
+    for index, write in enumerate(ordered):
+        if write.succeeded:
+            took_effect.append(write)
+        elif write.unanswered(killed):
+            later = ordered[index + 1:]
+            until_delete = list(itertools.takewhile(lambda w: not (w.verb == "delete" and w.succeeded), later))
+            if not any(w.created for w in until_delete):
+                took_effect.append(write)
+    return took_effect
 
 
 def plural(kind: str) -> str:

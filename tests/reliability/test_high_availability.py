@@ -24,6 +24,7 @@ from tests.reliability.replicas import (
     LEASE_DURATION_S,
     Replicas,
     holder,
+    landed,
     plural,
     replica_plane,
     stack_writes,
@@ -77,6 +78,18 @@ def leader_and_standby(replicas: Replicas, kube: Kube):
     return leader, replicas.start()
 
 
+def promoted(replicas: Replicas, kube: Kube, standby):
+    """After a kill: the standby holds the lease, then a new standby starts and prepares.
+
+    The lease of a leader killed after its work was done stays until it expires; a new replica started before then
+    could win it, and the test would kill the wrong one next.
+    """
+    wait_leader(kube, standby.user, timeout=LEASE_DURATION_S + 30)
+    new_standby = replicas.start()
+    prepared(new_standby)
+    return standby, new_standby
+
+
 def restored(kube: Kube, ident) -> bool:
     api_version, kind, name, namespace = ident
     live = kube.get(api_version, kind, name, namespace)
@@ -95,12 +108,16 @@ def settled(kube: Kube, name: str, namespace: str, stack) -> None:
     wait_for(all_ready, timeout=60, what=f"KfDef {namespace}/{name} ready again")
 
 
-def created(found, ident, killed: str = "") -> int:
-    """How many times the object was created: HTTP 201, or a create of the ``killed`` replica that landed
-    unanswered."""
+def object_writes(found, ident, killed: str) -> list:
+    """The writes to the object ``ident`` that took effect (``replicas.landed``)."""
     _, kind, name, namespace = ident
-    return sum((w.created or w.user == killed and w.verb == "create" and w.landed(killed))
-               and w.of_object(plural(kind), namespace, name) for w in found)
+    return landed([w for w in found if w.of_object(plural(kind), namespace, name)], killed)
+
+
+def created(found, ident, killed: str) -> int:
+    """How many times the object was created: HTTP 201, or a create of the ``killed`` replica that took effect
+    unanswered."""
+    return sum(w.created or w.verb == "create" and w.unanswered(killed) for w in object_writes(found, ident, killed))
 
 
 def test_only_the_leader_writes_and_the_standby_writes_nothing(plane, kube, replicas, kfdef_namespace, new_stack,
@@ -161,10 +178,9 @@ def test_leader_killed_mid_apply_the_standby_finishes_it_writing_nothing_twice(p
             f"writers in turn: {writers_in_turn(found)}")
         assert max(w.at for w in found if w.user == leader.user) <= killed + 0.5
         for ident in idents:
-            wrote = [w for w in found if w.landed(leader.user) and w.of_object(plural(ident[1]), ident[3], ident[2])]
+            wrote = object_writes(found, ident, leader.user)
             assert len(wrote) == 1, f"{ident} written {len(wrote)} times: {wrote}"
-        leader, standby = standby, replicas.start()
-        prepared(standby)
+        leader, standby = promoted(replicas, kube, standby)
     reliability.runs = KILLS
     reliability.figure("kills before the apply's final status", mid_apply)
     reliability.figure("median s from the kill to converged", median(failovers))
@@ -204,9 +220,9 @@ def test_leader_killed_during_a_heal_the_object_is_healed_once(plane, kube, repl
         for ident in gone:
             assert created(found, ident, leader.user) == 1, f"{ident} created {created(found, ident, leader.user)} " \
                                                              f"times after the delete: {found}"
-        healed_by.append("leader" if all(w.user == leader.user for w in found if w.landed(leader.user)) else "standby")
-        leader, standby = standby, replicas.start()
-        prepared(standby)
+        healed_by.append("leader" if all(w.user == leader.user for w in found
+                                         if w.succeeded or w.unanswered(leader.user)) else "standby")
+        leader, standby = promoted(replicas, kube, standby)
     reliability.runs = len(cases)
     reliability.figure("healed by", {who: healed_by.count(who) for who in sorted(set(healed_by))})
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import os
+import resource
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,7 +86,17 @@ def test_kustomize_gets_none_of_the_operators_environment(tmp_path, monkeypatch)
     assert not any(value in text for value in secrets.values() for text in seen.values())
     assert seen["HOME"] == seen["TMPDIR"] == str(tmp_path / "h") and seen["PATH"] == kustomize.MINIMAL_PATH
     assert set(seen) <= {"PATH", "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "LANG", "GIT_TERMINAL_PROMPT",
-                         "GIT_CONFIG_NOSYSTEM", "PWD", "SHLVL", "_"}  # the last three: set by the shell itself
+                         "GIT_CONFIG_NOSYSTEM", "GOGC", "GOMEMLIMIT", "PWD", "SHLVL", "_"}  # last three: shell
+    assert seen["GOGC"] == kustomize.GO_GC_PERCENT
+
+
+def test_go_memory_limit_is_half_the_render_memory_limit():
+    """Inside a render (RLIMIT_DATA 1 GiB) kustomize's garbage collector is told to keep its heap under 512 MiB."""
+    limited = subprocess.run([sys.executable, "-c", "from kfdef_operator.build import kustomize; "
+                              "print(kustomize.scrubbed_environment(__import__('pathlib').Path('/h'))['GOMEMLIMIT'])"],
+                             capture_output=True, text=True, check=True,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30)))
+    assert int(limited.stdout) == 1 << 29
 
 
 def test_build_returns_objects_of_a_real_kustomization(pinned, tmp_path):
