@@ -404,7 +404,7 @@ class Reconciler:
         desired, upgraded = await self._build(stack, kfdef, body, step)
         if announce:  # written with the inventory of the objects about to be created: one write
             stack.step = ("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
-        first_time = await self._record_intent(stack)
+        first_time = await self._record_intent(stack, desired)
         if announce and not first_time:
             await writer.update()
         changes = await self._apply(stack, kfdef, desired, manager, first_time)
@@ -469,7 +469,8 @@ class Reconciler:
             raise Fail("UnservedApiVersions", str(error), retry=False) from None
         except ValueError as error:
             raise Fail("InvalidSpec", f"{API_UPGRADE_ANNOTATION}: {error}", retry=False) from None
-        stack.desired, stack.resources = desired.objects, desired.resources
+        stack.want(desired.objects)
+        stack.resources = desired.resources
         stack.application_of = desired.application_of
         stack.applications = [app.name for app in kfdef.applications]
         stack.run_once = {ref for ref, obj in desired.objects.items() if is_run_once(obj)}
@@ -484,7 +485,7 @@ class Reconciler:
                                                 for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]}
         return desired, upgraded.summary() if upgraded.upgraded else ""
 
-    async def _record_intent(self, stack: Stack) -> set[ObjectRef]:
+    async def _record_intent(self, stack: Stack, desired: DesiredState) -> set[ObjectRef]:
         """Add the objects about to be applied for the first time to the inventory, before applying them.
 
         If the operator dies mid-apply and the KfDef is deleted before it comes back, the teardown still
@@ -496,7 +497,7 @@ class Reconciler:
         if not new:
             return new
         for ref in new:
-            stack.inventory[ref] = InventoryEntry(version_of(stack.desired[ref]))
+            stack.inventory[ref] = InventoryEntry(version_of(desired.objects[ref]))
         if not await self.writers[stack.key].update():
             raise Fail("StatusNotWritten", "the inventory could not be recorded before applying; retrying",
                        retry=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -188,6 +189,10 @@ def run_operator(args: argparse.Namespace) -> int:
                      label_selector=args.watch_label_selector, election=election, identity=identity)
     # raises ClusterError: one line, a non-zero exit
     asyncio.run(_check_cluster(args.kubeconfig, sorted(namespaces), args.watch_label_selector))
+    # Modules, classes and settings live as long as the process: frozen, the garbage collector's full passes
+    # (which pause the event loop, heals included) no longer walk their 60,000-odd containers.
+    gc.collect()
+    gc.freeze()
     asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=sorted(namespaces), memo=memo))
     return 0
 

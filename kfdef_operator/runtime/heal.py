@@ -107,9 +107,9 @@ class Healer:
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
         self._history: dict[ObjectRef, deque[float]] = defaultdict(deque)
         self._in_sync: dict[ObjectRef, tuple[str, str]] = {}  # drift suspicions the server disproved
-        # Live versions found in line with the desired object they were compared with (kept to tell it is still
-        # the desired one): a status-only update of such a version needs no new comparison.
-        self._matched: dict[ObjectRef, tuple[tuple[str, str], JSON]] = {}
+        # Live versions found in line with the desired state (its version) they were compared with: a status-only
+        # update of such a version needs no new comparison while that desired state stands.
+        self._matched: dict[ObjectRef, tuple[tuple[str, str], int]] = {}
         self._waiting_for_parent: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
         self._deferred: dict[tuple[str, str], set[ObjectRef]] = defaultdict(set)
         self._background: set[asyncio.Task[None]] = set()
@@ -157,7 +157,7 @@ class Healer:
             return
         sync_key = self._sync_key(obj)
         matched = self._matched.get(ref)
-        if stack.changes and matched is not None and matched[0] == sync_key and matched[1] is stack.desired.get(ref):
+        if stack.changes and matched is not None and matched == (sync_key, stack.desired.version):
             return  # the same generation, labels and annotations as a version found in line: a status update
         desired = self._stamped(stack, ref, adopted=stack.owner.claim(live.meta) is Claim.ADOPTED)
         digest_changed = not stack.owner.unchanged(live.meta, desired)
@@ -174,7 +174,7 @@ class Healer:
                 self._schedule(stack, ref, _Request(DRIFT, time.monotonic()))
             return
         if not drifted(desired, obj):
-            self._matched[ref] = (sync_key, stack.desired[ref])
+            self._matched[ref] = (sync_key, stack.desired.version)
         elif self._in_sync.get(ref) != sync_key:
             self._schedule(stack, ref, _Request(DRIFT, time.monotonic()))
 
@@ -369,10 +369,7 @@ class Healer:
         """
         if ref.namespace and ObjectRef("", "Namespace", "", ref.namespace) in stack.desired:
             return True
-        return any(parent.kind == "CustomResourceDefinition"
-                   and (stack.desired[parent].get("spec") or {}).get("group") == ref.group
-                   and ((stack.desired[parent].get("spec") or {}).get("names") or {}).get("kind") == ref.kind
-                   for parent in stack.desired)
+        return (ref.group, ref.kind) in stack.crd_kinds
 
     async def _sweep(self, stack: Stack, belongs: Callable[[ObjectRef], bool]) -> None:
         """Re-apply the children of a re-created parent that are missing."""

@@ -12,7 +12,10 @@ KfDef, its status inventory, the stamps on objects) and the sources.
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from kfdef_operator.api.types import JSON
@@ -58,6 +61,39 @@ def decode_inventory(status: JSON) -> dict[ObjectRef, InventoryEntry]:
     return decoded
 
 
+_versions = itertools.count(1)
+
+
+class CompactObjects(Mapping[ObjectRef, JSON]):
+    """Objects kept as compact JSON and decoded on each read, which returns a fresh copy.
+
+    A stack's desired state lives as long as the stack. As dicts, Kubeflow v1.11.0's 653 objects take 22 MiB and
+    35,000 containers that each full garbage collection of the process walks (30 to 40 ms, the tail of the heal
+    times); as JSON bytes they take 4.5 MiB and nothing to walk. A read (a heal, a drift check) decodes one object.
+    ``version`` tells one desired state from the next (a new render, a new generation).
+    """
+
+    __slots__ = ("_encoded", "version")
+
+    def __init__(self, objects: Mapping[ObjectRef, JSON] | None = None) -> None:
+        self._encoded = {ref: json.dumps(obj, separators=(",", ":")).encode()
+                         for ref, obj in (objects or {}).items()}
+        self.version = next(_versions)
+
+    def __getitem__(self, ref: ObjectRef) -> JSON:
+        decoded: JSON = json.loads(self._encoded[ref])
+        return decoded
+
+    def __contains__(self, ref: object) -> bool:
+        return ref in self._encoded
+
+    def __iter__(self) -> Iterator[ObjectRef]:
+        return iter(self._encoded)
+
+    def __len__(self) -> int:
+        return len(self._encoded)
+
+
 @dataclass
 class Stack:
     """What one KfDef wants and what became of it."""
@@ -69,7 +105,9 @@ class Stack:
     inventory: dict[ObjectRef, InventoryEntry] = field(default_factory=dict)
 
     # -- the desired state of the generation being (or last) applied --------------------------------
-    desired: dict[ObjectRef, JSON] = field(default_factory=dict)          # normalised, namespace resolved
+    desired: CompactObjects = field(default_factory=CompactObjects)      # normalised, namespace resolved
+    #: (group, kind) of the custom resources that the stack's own CRDs serve.
+    crd_kinds: frozenset[tuple[str, str]] = frozenset()
     resources: dict[ObjectRef, Resource] = field(default_factory=dict)
     application_of: dict[ObjectRef, str] = field(default_factory=dict)
     applications: list[str] = field(default_factory=list)
@@ -104,6 +142,14 @@ class Stack:
     def applied(self) -> bool:
         """The current generation's apply finished: its results describe the stack."""
         return self.applied_generation == self.generation and self.step is None and self.failure is None
+
+    def want(self, objects: Mapping[ObjectRef, JSON]) -> None:
+        """The desired state of the generation about to be applied."""
+        self.desired = CompactObjects(objects)
+        self.crd_kinds = frozenset(
+            (str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", "")))
+            for spec in ((obj.get("spec") or {}) for ref, obj in objects.items()
+                         if ref.kind == "CustomResourceDefinition"))
 
     def reload(self, status: JSON) -> None:
         """The KfDef's status as read from the API server now (another replica may have written it)."""

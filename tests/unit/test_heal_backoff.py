@@ -89,7 +89,7 @@ def _stack_with(*objects):
     from kfdef_operator.runtime.stack import Stack
     from kfdef_operator.ssa.inventory import ref_of
     stack = Stack(owner=Owner("kf", "kubeflow", "u"), generation=1)
-    stack.desired = {ref_of(obj): obj for obj in objects}
+    stack.want({ref_of(obj): obj for obj in objects})
     return stack
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kfdef_operator.runtime.ownership import Owner
-from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.stack import CompactObjects, Stack
 from kfdef_operator.runtime.status import readiness
 from kfdef_operator.ssa.health import Health, State
 from kfdef_operator.ssa.inventory import ObjectRef
@@ -32,7 +32,7 @@ def test_objects_blocked_by_the_stacks_own_webhook_are_listed_before_those_waiti
     service = ObjectRef("apiregistration.k8s.io", "APIService", "", "v1beta1.webhook.example.io")
     deployment = ObjectRef("apps", "Deployment", "kubeflow", "app")
     stack = Stack(Owner("kf", "kubeflow", "uid"), 1)
-    stack.desired = {service: {}, deployment: {}}
+    stack.desired = CompactObjects({service: {}, deployment: {}})
     stack.webhooks = {"pods.example.io": Webhook("MutatingWebhookConfiguration inject", "pods.example.io",
                                                  "service kubeflow/injector")}
     cache = Cache({

@@ -4,7 +4,7 @@ kube-apiserver 1.36 with Kubeflow v1.2.0 deployed on kwok)."""
 from __future__ import annotations
 
 from kfdef_operator.runtime.ownership import Owner
-from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.stack import CompactObjects, Stack
 from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
 from kfdef_operator.ssa.health import assess
 from kfdef_operator.ssa.inventory import ObjectRef
@@ -78,7 +78,7 @@ def test_the_stack_explains_failed_applies_and_heals():
     stack.webhooks = webhooks_of(STACK)
     ref = ObjectRef("cert-manager.io", "Certificate", "kubeflow", "admission-webhook-cert")
     other = ObjectRef("", "ConfigMap", "kubeflow", "c")
-    stack.desired = {ref: {}, other: {}}
+    stack.desired = CompactObjects({ref: {}, other: {}})
     stack.record_apply(ChangeSet([Change(ref, Action.FAILED, CERT_MANAGER_DOWN), Change(other, Action.CREATED)]))
     assert stack.changes[ref].message.startswith("heal failed: blocked by the stack's own webhook "
                                                  "MutatingWebhookConfiguration cert-manager-webhook/")
