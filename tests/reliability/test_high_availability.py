@@ -114,7 +114,7 @@ def object_writes(found, ident, killed: str) -> list:
     return landed([w for w in found if w.of_object(plural(kind), namespace, name)], killed)
 
 
-def created(found, ident, killed: str) -> int:
+def created(found, ident, killed: str = "") -> int:
     """How many times the object was created: HTTP 201, or a create of the ``killed`` replica that took effect
     unanswered."""
     return sum(w.created or w.verb == "create" and w.unanswered(killed) for w in object_writes(found, ident, killed))
