@@ -38,6 +38,7 @@ class Webhook:
 #: How a message names a call its own stack's webhook refused (see :func:`explain`).
 BLOCKED_BY_OWN_WEBHOOK = "blocked by the stack's own webhook"
 
+
 def _target(client_config: JSON) -> str:
     service = client_config.get("service")
     if not service:

@@ -90,13 +90,15 @@ def test_kustomize_gets_none_of_the_operators_environment(tmp_path, monkeypatch)
     assert seen["GOGC"] == kustomize.GO_GC_PERCENT
 
 
-def test_go_memory_limit_is_half_the_render_memory_limit():
-    """Inside a render (RLIMIT_DATA 1 GiB) kustomize's garbage collector is told to keep its heap under 512 MiB."""
+@pytest.mark.parametrize(("render_limit", "expected"), [(1 << 30, kustomize.GO_MEMORY_LIMIT), (1 << 28, 1 << 27)])
+def test_go_memory_limit_stays_within_the_render_memory_limit(render_limit, expected):
+    """Inside a render (RLIMIT_DATA) kustomize's garbage collector keeps its heap under 256 MiB, or under half the
+    render's memory limit when that is lower."""
     limited = subprocess.run([sys.executable, "-c", "from kfdef_operator.build import kustomize; "
                               "print(kustomize.scrubbed_environment(__import__('pathlib').Path('/h'))['GOMEMLIMIT'])"],
                              capture_output=True, text=True, check=True,
-                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30)))
-    assert int(limited.stdout) == 1 << 29
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (render_limit, render_limit)))
+    assert int(limited.stdout) == expected
 
 
 def test_build_returns_objects_of_a_real_kustomization(pinned, tmp_path):
