@@ -112,11 +112,44 @@ def network_is_loopback_only() -> bool:
     return all(line.split(":", 1)[0].strip() == "lo" for line in lines)
 
 
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (Linux default 32768-60999)."""
+    try:
+        low, high = (int(n) for n in _EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free right now and outside the ephemeral range.
+
+    ``bind(0)`` would hand out an ephemeral port, which any outgoing connection
+    (kube-apiserver opens hundreds to etcd) may take before the component we
+    pass it to binds it: CI saw kube-controller-manager fail with "address
+    already in use". Outside that range only another listener can collide.
+    """
+    low, high = ephemeral_port_range()
+    candidates = [(1024, low - 1), (high + 1, 65535)]
+    spans = [(a, b) for a, b in candidates if b >= a]
+    total = sum(b - a + 1 for a, b in spans)
+    for _ in range(1000):
+        pick = secrets.randbelow(total)
+        for a, b in spans:
+            if pick <= b - a:
+                port = a + pick
+                break
+            pick -= b - a + 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ControlPlaneError(f"no free port on 127.0.0.1 outside the ephemeral range {low}-{high}")
 
 
 def stop_process(popen: subprocess.Popen, sig: int, timeout: float) -> None:
