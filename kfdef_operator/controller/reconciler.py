@@ -241,6 +241,7 @@ class Reconciler:
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if event_type == "DELETED":  # deleted, or no longer selected (moved to another shard): stop at once
             log.info("KfDef %s/%s is no longer served here (deleted, or no longer selected by this instance)", *key)
+            self._release(key)
             self._bodies.pop(key, None)
             self._triggers.pop(key, None)
             self.queue.interrupt(key)
@@ -689,18 +690,26 @@ class Reconciler:
         stack.inventory.clear()
         return None
 
-    async def _forget(self, key: Key) -> None:
-        await self.housekeeper.forget(*key)  # its render directory, cached render and sources
+    def _release(self, key: Key) -> Stack | None:
+        """Stop everything that writes for this KfDef: its heals, status refreshes and status writes.
+
+        Synchronous, so that nothing starts for it once the watch says it is gone here (deleted, or moved to
+        another shard, which may be writing for it already); :meth:`_forget` then cleans up. Returns its stack.
+        """
         stack = self.stacks.pop(key, None)
         writer = self.writers.pop(key, None)
         self._attempts.pop(key, None)
-        if stack is None:
-            return
-        self._by_label.pop(stack.owner.label, None)
-        await self.healer.forget(stack)
-        self.identities.retain(s.identity for s in self.stacks.values() if s.identity is not None)
         if writer is not None:
             writer.forget()
+        if stack is not None:
+            self._by_label.pop(stack.owner.label, None)
+            self.healer.drop(stack)
+        return stack
+
+    async def _forget(self, key: Key) -> None:
+        self._release(key)
+        await self.housekeeper.forget(*key)  # its render directory, cached render and sources
+        self.identities.retain(s.identity for s in self.stacks.values() if s.identity is not None)
         # Watches of kinds no remaining KfDef holds are closed: at rest, only needed watches stay open.
         await self.tracker.retain(self._targets(self.stacks.values()))
 

@@ -127,16 +127,26 @@ class Healer:
         self.halt()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def forget(self, stack: Stack) -> None:
+    def drop(self, stack: Stack) -> None:
+        """Stop healing the stack at once: synchronous, so no heal of it starts after this returns (one whose
+        request is already on the wire may still land). The cancelled worker is awaited by :meth:`stop`."""
         task = self._workers.pop(stack.key, None)
         if task is not None:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         self._pending.pop(stack.key, None)
         self._waiting_for_parent.pop(stack.key, None)
         self._deferred.pop(stack.key, None)
         for ref in stack.desired:
             self._matched.pop(ref, None)
+
+    async def forget(self, stack: Stack) -> None:
+        """:meth:`drop`, and wait until a heal under way has stopped (before a teardown deletes)."""
+        task = self._workers.get(stack.key)
+        self.drop(stack)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
 
     # -- events --------------------------------------------------------------------
 
