@@ -203,13 +203,15 @@ def _misses(results: JSON) -> list[str]:
             f"needs the desired state built per application: duplicates and API-version upgrades are decided over "
             f"the whole KfDef today), the status write of the inventory before the first object is created (so "
             f"that a crash never leaves objects the teardown does not know of), and the 2 cores the operator, "
-            f"kustomize and kube-apiserver share. v1.11.0 is one application, one `kustomize build`: in a probe "
-            f"of its reconcile (2026-11-25, d8d6cca) fetch took 0.67 s, the render 9.0 s (kustomize 6.2 s and "
-            f"parsing its 9.8 MB of YAML 1.8 s, measured apart) and the apply 12.8 s, of which its 70 CRDs' "
-            f"Established wait was 8.9 s, against a floor of 8.4 s for everything: the floor is the CRDs' own "
-            f"establishment. Whatever renders before it applies cannot go below about render + floor, 1.9 x "
-            f"the floor here, so the 1.15 x target holds only if objects were applied while kustomize still "
-            f"runs, which its single output at exit does not allow.")
+            f"kustomize and kube-apiserver share. v1.11.0 is one application, one `kustomize build`. "
+            f"A profiled reconcile of it (pyinstrument, 2026-11-25, d8d6cca; 24.5 s in all, floor 8.4 s): "
+            f"fetch 0.67 s, render 9.0 s (measured apart: kustomize 6.2 s, parsing its 9.8 MB of YAML 1.8 s), "
+            f"then the apply: its 70 CRDs 3.6 s, their Established wait 8.9 s, the custom resources 0.8 s. "
+            f"Fetch and render alone use up the whole 1.15 x budget (9.7 s), so on a release built in one piece "
+            f"the target needs objects applied while kustomize still runs, which its single output at exit does "
+            f"not allow. The apply itself is also about 1.6 x the floor; during it every watch event of the "
+            f"stack's own objects runs the heal's drift check (3.5 s of the event loop in that profile, mostly "
+            f"deep copies for stamping and comparisons of CRD schemas), a cost still to be cut.")
     for prefix, label in (("", "synthetic"), ("release.", "v1.11.0")):
         if f"{prefix}teardown.s" in missed:
             notes.append(

@@ -690,11 +690,11 @@ class Reconciler:
         stack.inventory.clear()
         return None
 
-    def _release(self, key: Key) -> Stack | None:
+    def _release(self, key: Key) -> None:
         """Stop everything that writes for this KfDef: its heals, status refreshes and status writes.
 
         Synchronous, so that nothing starts for it once the watch says it is gone here (deleted, or moved to
-        another shard, which may be writing for it already); :meth:`_forget` then cleans up. Returns its stack.
+        another shard, which may be writing for it already); :meth:`_forget` then cleans up.
         """
         stack = self.stacks.pop(key, None)
         writer = self.writers.pop(key, None)
@@ -704,7 +704,6 @@ class Reconciler:
         if stack is not None:
             self._by_label.pop(stack.owner.label, None)
             self.healer.drop(stack)
-        return stack
 
     async def _forget(self, key: Key) -> None:
         self._release(key)
