@@ -57,7 +57,8 @@ def _timed(owner: Any, attribute: str, label: str, timings: Timings) -> None:
 
 
 STEP_LABELS = ("fetch sources", "render (kustomize)", "API-version upgrade check", "start watches (list + sync)",
-               "apply stages (sum)", "  of which: live-metadata lists", "wait for CRDs Established",
+               "apply stages (sum)", "  of which: live-metadata lists",
+               "custom resources, each after its CRD's Established wait",
                "status writes", "events")
 
 
@@ -67,7 +68,7 @@ def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[
     originals = [(reconciler, "resolve_sources", reconciler.resolve_sources),
                  (desired, "upgrade_objects", desired.upgrade_objects)]
     originals += [(ResourceManager, name, getattr(ResourceManager, name))
-                  for name in ("apply_stage", "lookup", "_settle_crds")]
+                  for name in ("apply_stage", "lookup", "_apply_custom")]
     originals.append((StatusWriter, "update", StatusWriter.update))
     fetch, render, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
     _timed(reconciler, "resolve_sources", fetch, timings)
@@ -76,7 +77,7 @@ def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[
     _timed(operator.tracker, "watch", watches, timings)
     _timed(ResourceManager, "apply_stage", stages, timings)  # one manager per identity, made during the reconcile
     _timed(ResourceManager, "lookup", prefetch, timings)
-    _timed(ResourceManager, "_settle_crds", crds, timings)
+    _timed(ResourceManager, "_apply_custom", crds, timings)
     _timed(StatusWriter, "update", status, timings)  # one writer per KfDef, made during the reconcile
     _timed(operator.events, "record", events, timings)
 

@@ -166,17 +166,21 @@ class Healer:
         if stack.owner.claim(obj.get("metadata")) not in (Claim.OURS, Claim.ADOPTED):
             return
         sync_key = self._sync_key(obj)
-        matched = self._matched.get(ref)
-        if stack.changes and matched is not None and matched == (sync_key, stack.desired.version):
-            return  # the same generation, labels and annotations as a version found in line: a status update
+        if self._matched.get(ref) == (sync_key, stack.desired.version):
+            # The same generation, labels and annotations as a version found in line with this desired state: a
+            # status update (a new CRD's or Deployment's several, during the first apply), nothing to compare.
+            return
         desired = self._stamped(stack, ref, adopted=stack.owner.claim(live.meta) is Claim.ADOPTED)
         digest_changed = not stack.owner.unchanged(live.meta, desired)
         if not stack.changes:
             # The first listing after a start, while the first apply runs: an object whose digest still
             # matches is skipped by that apply, so a drift made while the operator was down is only
             # caught here. Check it once the apply is done.
-            if not digest_changed and drifted(desired, obj):
-                self._deferred[stack.key].add(ref)
+            if not digest_changed:
+                if drifted(desired, obj):
+                    self._deferred[stack.key].add(ref)
+                else:
+                    self._matched[ref] = (sync_key, stack.desired.version)
             return
         if digest_changed:
             change = stack.changes.get(ref)
@@ -204,7 +208,8 @@ class Healer:
     @staticmethod
     def _sync_key(obj: JSON) -> tuple[str, str]:
         meta = obj.get("metadata") or {}
-        version = str(meta.get("generation") or meta.get("resourceVersion"))
+        # The uid too: an object deleted and created again starts at generation 1 with the same stamps.
+        version = f'{meta.get("uid")}/{meta.get("generation") or meta.get("resourceVersion")}'
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         return version, repr(sorted(labels.items())) + repr(sorted(annotations.items()))
 

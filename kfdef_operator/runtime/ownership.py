@@ -123,10 +123,13 @@ class Owner:
     def stamp(self, obj: JSON, *, namespaced: bool, adopted: bool) -> JSON:
         """The object as this KfDef applies it: ownership label, annotations, ownerReference, digest.
 
-        ``obj`` must already be normalised (``ssa.normalize``); it is not modified.
+        ``obj`` must already be normalised (``ssa.normalize``); it is not modified. Only the metadata is copied:
+        the rest (a CRD's schema of hundreds of KiB) is shared with ``obj``, so the result is read-only, as every
+        caller treats it (serialised, digested, compared). A deep copy per apply and per watch event cost more
+        than a second of the event loop on a release's first apply.
         """
-        out = copy.deepcopy(obj)
-        meta = out.setdefault("metadata", {})
+        out = {**obj, "metadata": copy.deepcopy(obj.get("metadata") or {})}
+        meta = out["metadata"]
         meta.setdefault("labels", {})[INSTANCE_LABEL] = self.label
         annotations = meta.setdefault("annotations", {})
         annotations[INSTANCE_ANNOTATION] = self.instance

@@ -56,6 +56,7 @@ class Tracker:
         self._watches: dict[_Key, asyncio.Task[None]] = {}
         self._synced: dict[_Key, asyncio.Event] = {}
         self._refused: dict[_Key, KubeApiError] = {}  # first listing refused (403): no use waiting
+        self._waiters: dict[ObjectRef, list[asyncio.Future[None]]] = {}
 
     # -- queries -------------------------------------------------------------------
 
@@ -65,6 +66,20 @@ class Tracker:
     def is_watched(self, group: str, kind: str, namespace: str = "") -> bool:
         keys = [(group, kind, "")] + ([(group, kind, namespace)] if namespace else [])
         return any(key in self._synced and self._synced[key].is_set() for key in keys)
+
+    async def next_event(self, ref: ObjectRef, timeout: float) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(ref, []).append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            waiters = self._waiters.get(ref, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._waiters.pop(ref, None)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -123,6 +138,9 @@ class Tracker:
             self._listener(event_type, live.ref, live, obj)
         except Exception:  # a listener bug must not kill the watch
             log.exception("event listener failed for %s %s", event_type, live.ref)
+        for waiter in self._waiters.pop(live.ref, []):
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def resync(self, owner_label: str, targets: Iterable[WatchTarget]) -> None:
         """List one owner's objects of these kinds again and hand every one to the listener as ``SYNC``.

@@ -38,7 +38,7 @@ class Ownership(Protocol):
         """Who holds a :attr:`Claim.FOREIGN` object, for messages."""
 
     def stamp(self, obj: JSON, *, namespaced: bool, adopted: bool) -> JSON:
-        """The desired object with the owner's stamps (a copy)."""
+        """The desired object with the owner's stamps: a new object (``obj`` is not modified), read-only."""
 
     def unchanged(self, live_meta: JSON, stamped: JSON) -> bool:
         """Whether the live object already carries exactly this stamped desired state."""

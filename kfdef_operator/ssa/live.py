@@ -51,3 +51,6 @@ class LiveView(Protocol):
     def is_watched(self, group: str, kind: str, namespace: str = "") -> bool:
         """Whether the cache holds every object of this kind (in ``namespace``), so None from :meth:`get` means
         absent."""
+
+    async def next_event(self, ref: ObjectRef, timeout: float) -> None:
+        """Return at the next watch event of ``ref`` (added, changed or deleted), or after ``timeout`` seconds."""

@@ -1,0 +1,107 @@
+"""Custom resources wait for their own CRD only, not for every CRD of the set (against the real kube-apiserver).
+
+A release's CRDs become Established one by one over seconds (Kubeflow v1.11.0: 70 of them, about 8 s); holding
+every custom resource until the last one is, delays the whole stack by that much. Here the manager applies two
+CRDs and one object of each through a live view that withholds the second CRD's Established condition: the first
+CRD's object must land while the second is still held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.runtime.tracker import Tracker
+from kfdef_operator.ssa.changeset import Action
+from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.ssa.discovery import Discovery
+from kfdef_operator.ssa.health import Health, State
+from kfdef_operator.ssa.inventory import ObjectRef
+from kfdef_operator.ssa.live import LiveObject
+from kfdef_operator.ssa.manager import ResourceManager
+
+pytestmark = pytest.mark.cluster
+
+
+def crd(group: str, kind: str) -> dict:
+    plural = f"{kind.lower()}s"
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+class WithheldEstablishment:
+    """The tracker's view, except that one CRD reads as not Established until ``release`` is set."""
+
+    def __init__(self, tracker: Tracker, held: ObjectRef) -> None:
+        self.tracker, self.held, self.release = tracker, held, asyncio.Event()
+
+    def get(self, ref: ObjectRef) -> LiveObject | None:
+        live = self.tracker.get(ref)
+        if live is None or ref != self.held or self.release.is_set():
+            return live
+        return LiveObject(live.ref, live.version, live.uid, live.resource_version, live.meta,
+                          Health(State.PROGRESSING, "held back by the test"))
+
+    def is_watched(self, group: str, kind: str, namespace: str = "") -> bool:
+        return self.tracker.is_watched(group, kind, namespace)
+
+    async def next_event(self, ref: ObjectRef, timeout: float) -> None:
+        if ref == self.held and not self.release.is_set():
+            try:
+                await asyncio.wait_for(self.release.wait(), timeout)
+            except TimeoutError:
+                pass
+            return
+        await self.tracker.next_event(ref, timeout)
+
+
+def test_a_custom_resource_waits_only_for_its_own_crd(control_plane, kube, namespace):
+    group = f"barrier-{uuid.uuid4().hex[:6]}.example.io"
+    quick, slow = crd(group, "Quick"), crd(group, "Slow")
+    objects = [{"apiVersion": f"{group}/v1", "kind": kind, "metadata": {"name": "one", "namespace": namespace},
+                "spec": {"size": 1}} for kind in ("Quick", "Slow")]
+
+    async def scenario() -> None:
+        client = await KubeClient.connect(str(control_plane.kubeconfig))
+        tracker = Tracker(client, lambda *_: None)
+        discovery = Discovery(client)
+        try:
+            crd_resource = await discovery.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+            await tracker.watch([(crd_resource, "")])
+            view = WithheldEstablishment(tracker, ObjectRef("apiextensions.k8s.io", "CustomResourceDefinition", "",
+                                                            slow["metadata"]["name"]))
+            manager = ResourceManager(client, discovery, view)
+            owner = Owner("barrier", namespace, "")
+            apply = asyncio.create_task(manager.apply_all(owner, [(quick, crd_resource), (slow, crd_resource)],
+                                                          objects))
+            deadline = time.monotonic() + 60
+            while await client.get(f"/apis/{group}/v1/namespaces/{namespace}/quicks/one") is None:
+                assert not apply.done(), f"the apply ended without the Quick object: {apply.result()}"
+                assert time.monotonic() < deadline, \
+                    "the Quick object was not applied while another CRD of the set was not Established yet"
+                await asyncio.sleep(0.05)
+            assert await client.get(f"/apis/{group}/v1/namespaces/{namespace}/slows/one") is None
+            assert not apply.done()
+
+            view.release.set()
+            changes = await asyncio.wait_for(apply, 60)
+            assert {(c.ref.kind, c.action) for c in changes} == {
+                ("CustomResourceDefinition", Action.CREATED), ("Quick", Action.CREATED), ("Slow", Action.CREATED)}
+            assert await client.get(f"/apis/{group}/v1/namespaces/{namespace}/slows/one") is not None
+        finally:
+            await tracker.close()
+            for definition in (quick, slow):
+                await client.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                               f"{definition['metadata']['name']}")
+            await client.close()
+
+    asyncio.run(scenario())
