@@ -26,6 +26,7 @@ from kfdef_operator.controller.log_filters import RetriedThrottling
 from kfdef_operator.controller.reconciler import Settings
 from kfdef_operator.controller.scope import election_namespace, instance_identity, lease_name, watched_namespaces
 from kfdef_operator.runtime.election import ElectionConfig
+from kfdef_operator.runtime.memory import limit_tls_read_buffers
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -193,6 +194,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # (which pause the event loop, heals included) no longer walk their 60,000-odd containers.
     gc.collect()
     gc.freeze()
+    limit_tls_read_buffers()
     asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=sorted(namespaces), memo=memo))
     return 0
 
