@@ -502,14 +502,30 @@ class ResourceManager:
     # -- deletion ------------------------------------------------------------------
 
     async def _remove(self, ownership: Ownership, ref: ObjectRef, version: str, dry_run: bool = False) -> Change:
-        """Delete one object the owner created, or release one it adopted or a person took over."""
+        """Delete one object the owner created, or release one it adopted or a person took over.
+
+        An object the watch cache shows as the owner's is deleted without reading it first, on the condition that it
+        is still the very version the cache holds (uid and resourceVersion preconditions); anything else, or an
+        object changed since, is read (its metadata only) and judged on what the server says.
+        """
         try:
             resource = await self.discovery.resource_for_ref(ref, version)
         except UnknownKind:
             return Change(ref, Action.GONE, "kind no longer served")
         path = resource.path_of(ref)
+        cached = self.live.get(ref) if self.live is not None and not dry_run else None
+        if cached is not None and ownership.claim(cached.meta) is Claim.OURS and not ownership.opted_out(cached.meta):
+            try:
+                await self.kube.request("DELETE", path, body=_delete_body(cached.uid, cached.resource_version),
+                                        accept=_ONE_METADATA_ONLY)
+                return Change(ref, Action.DELETED)
+            except KubeApiError as error:
+                if error.status == 404:
+                    return Change(ref, Action.GONE)
+                if error.status != 409:  # 409: changed since the cache saw it: read it and judge again
+                    raise
         for _ in range(3):
-            live = await self.kube.get(path)
+            live = await self.kube.get(path, accept=_ONE_METADATA_ONLY)
             if live is None:
                 return Change(ref, Action.GONE)
             meta = live.get("metadata") or {}
@@ -524,7 +540,8 @@ class ResourceManager:
             if meta.get("deletionTimestamp"):
                 return Change(ref, Action.DELETED)
             try:
-                await self.kube.request("DELETE", path, body=_delete_body(meta.get("uid")), params=_dry_run(dry_run))
+                await self.kube.request("DELETE", path, body=_delete_body(meta.get("uid")), params=_dry_run(dry_run),
+                                        accept=_ONE_METADATA_ONLY)
                 return Change(ref, Action.DELETED)
             except KubeApiError as error:
                 if error.status == 404:
@@ -599,7 +616,9 @@ class ResourceManager:
         result = TeardownResult()
         done = 0
         for wave in self._waves(inventory):
+            wave_started = time.monotonic()
             answers = await self._remove_wave(ownership, wave)
+            sent_s = time.monotonic() - wave_started
             pending: list[tuple[ObjectRef, str]] = []
             for (ref, version), answer in zip(wave, answers, strict=True):
                 change = answer if isinstance(answer, Change) else self._failed(ref, answer)
@@ -616,6 +635,9 @@ class ResourceManager:
                 else:
                     result.remaining.append((ref, waited if isinstance(waited, str) else f"still there: {waited}"))
             done += len(wave)
+            log.info("%s: teardown wave of %d object(s) (%s): deletes sent in %.2f s, waited on until %.2f s",
+                     ownership, len(wave), ", ".join(sorted({ref.kind for ref, _ in wave})), sent_s,
+                     time.monotonic() - wave_started)
             if progress is not None:
                 await progress("teardown", done, len(inventory))
         return result
@@ -623,16 +645,19 @@ class ResourceManager:
     async def _wait_gone(self, ref: ObjectRef, version: str, timeout: float) -> bool | str:
         """True once the object is gone; else why it is still there (finalizers) after ``timeout``.
 
-        Objects of watched kinds are awaited on the cache (no requests); others are polled.
+        Objects of watched kinds are awaited on the cache, waking at their watch events (no requests); others are
+        polled.
         """
         resource = await self.discovery.resource_for_ref(ref, version)
         deadline = time.monotonic() + timeout
         delay = 0.02
+        watched = self.live if self.live is not None and self.live.is_watched(ref.group, ref.kind, ref.namespace) \
+            else None
         while True:
-            if self.live is not None and self.live.is_watched(ref.group, ref.kind, ref.namespace):
-                if self.live.get(ref) is None:
+            if watched is not None:
+                if watched.get(ref) is None:
                     return True
-            elif await self.kube.get(resource.path_of(ref)) is None:
+            elif await self.kube.get(resource.path_of(ref), accept=_ONE_METADATA_ONLY) is None:
                 return True
             if time.monotonic() > deadline:
                 live = await self.kube.get(resource.path_of(ref))
@@ -645,15 +670,20 @@ class ResourceManager:
                     blocked += "".join(f"; {c.get('message')}" for c in conditions
                                        if c.get("status") == "True" and c.get("message"))
                 return f"still terminating after {timeout:.0f}s{blocked}"
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            if watched is not None:  # bounded: a wake-up lost to a watch restart costs a second, not the timeout
+                await watched.next_event(ref, min(deadline - time.monotonic(), 1.0))
+            else:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
 
-def _delete_body(uid: str | None) -> JSON:
-    """DeleteOptions that delete only the very object judged (its uid), dependents in the background."""
+def _delete_body(uid: str | None, resource_version: str | None = None) -> JSON:
+    """DeleteOptions that delete only the very object judged (its uid; with ``resource_version``, also only that
+    version of it), dependents in the background."""
     body: JSON = {"propagationPolicy": "Background"}
-    if uid:
-        body["preconditions"] = {"uid": uid}
+    preconditions = {key: value for key, value in (("uid", uid), ("resourceVersion", resource_version)) if value}
+    if preconditions:
+        body["preconditions"] = preconditions
     return body
 
 

@@ -15,7 +15,7 @@ Teardown: admission first (so webhooks cannot block deletes), then custom
 resources (while their controllers still run), then CRDs (while those
 controllers still run too: deleting a CRD deletes the custom resources nobody
 listed, such as those its controller made, and the CRD stays until each is
-gone, finalizers included), then everything else with the Namespaces, at once.
+gone, finalizers included), then everything else at once, Namespaces first.
 """
 
 from __future__ import annotations
@@ -97,8 +97,12 @@ def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom
     admission objects, and CRDs right after them, while the controllers that
     may hold finalizers on custom resources still run: kube-apiserver deletes
     a CRD only once every object of its kind is gone, re-checking every 5 s.
-    The rest goes last, Namespaces included, in one wave (in reverse install
-    order, Namespaces at its end).
+    Custom resources are not deleted together with their CRDs: kube-apiserver
+    would then wait for one that a finalizer holds in steps of 5 s. The rest
+    goes last, in one wave: Namespaces first, since kube-controller-manager
+    waits 5 s before it empties a deleted namespace (its
+    ``namespaceDeletionGracePeriod``), a wait that should pass while the other
+    deletes are sent; then the other kinds in reverse install order.
     """
     admission, custom, rest, crds, namespaces = [], [], [], [], []
     for item in items:
@@ -114,4 +118,4 @@ def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom
         else:
             rest.append(item)
     rest.sort(key=lambda i: install_rank(kind_of(i)), reverse=True)
-    return [wave for wave in (admission, custom, crds, rest + namespaces) if wave]
+    return [wave for wave in (admission, custom, crds, namespaces + rest) if wave]

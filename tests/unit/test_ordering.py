@@ -165,7 +165,8 @@ def test_teardown_waves_order():
         [("Notebook", "nb"), ("Profile", "profile")],
         # CRDs while the controllers (Deployments) that may finalize their remaining objects still run
         [("CustomResourceDefinition", "crd")],
-        [("Deployment", "web"), ("Service", "svc"), ("ServiceAccount", "sa"), ("ConfigMap", "cm"), ("Namespace", "ns")],
+        # Namespaces first: kube-controller-manager waits 5 s before emptying one
+        [("Namespace", "ns"), ("Deployment", "web"), ("Service", "svc"), ("ServiceAccount", "sa"), ("ConfigMap", "cm")],
     ]
 
 
@@ -182,13 +183,13 @@ def test_teardown_omits_empty_waves():
     assert teardown_waves([("Namespace", "a"), ("Notebook", "b")], kind_of, is_custom=is_custom) == [
         [("Notebook", "b")], [("Namespace", "a")]]
     assert teardown_waves([("Namespace", "a"), ("ConfigMap", "b")], kind_of, is_custom=is_custom) == [
-        [("ConfigMap", "b"), ("Namespace", "a")]]
+        [("Namespace", "a"), ("ConfigMap", "b")]]
 
 
 def test_teardown_keeps_input_order_within_a_wave():
     items = [("Deployment", "b"), ("Deployment", "a"), ("Namespace", "z"), ("Namespace", "y")]
     assert teardown_waves(items, kind_of, is_custom=is_custom) == [
-        [("Deployment", "b"), ("Deployment", "a"), ("Namespace", "z"), ("Namespace", "y")]]
+        [("Namespace", "z"), ("Namespace", "y"), ("Deployment", "b"), ("Deployment", "a")]]
 
 
 def test_teardown_accepts_a_one_shot_iterable():
