@@ -28,6 +28,8 @@ INSTANCE_LABEL = f"{GROUP}/instance"
 DIGEST_ANNOTATION = f"{GROUP}/digest"
 #: The object existed before the KfDef: released, never deleted.
 ADOPTED_ANNOTATION = f"{GROUP}/adopted"
+#: The time the operator changed an object only to make a controller act on it again (``Owner.touch_patch``).
+TOUCHED_ANNOTATION = f"{GROUP}/touched-at"
 FIELD_MANAGER = "kfdef-operator"
 
 # -- annotations people set -------------------------------------------------------------------------

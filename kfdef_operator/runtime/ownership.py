@@ -26,6 +26,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from kfdef_operator.api.names import (
     ADOPTED_ANNOTATION,
@@ -37,6 +38,7 @@ from kfdef_operator.api.names import (
     KIND,
     RECONCILE_ANNOTATION,
     RECONCILE_DISABLED,
+    TOUCHED_ANNOTATION,
 )
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.claims import Claim
@@ -150,6 +152,10 @@ class Owner:
 
     def opted_out(self, live_meta: JSON | None) -> bool:
         return opted_out(live_meta)
+
+    def touch_patch(self) -> JSON:
+        """The time, in an annotation of the operator's."""
+        return {"metadata": {"annotations": {TOUCHED_ANNOTATION: datetime.now(UTC).isoformat(timespec="seconds")}}}
 
     def release_patch(self) -> JSON:
         """A JSON merge patch removing this operator's stamps (the object itself is kept)."""

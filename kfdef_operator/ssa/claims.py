@@ -48,3 +48,7 @@ class Ownership(Protocol):
 
     def release_patch(self) -> JSON:
         """A JSON merge patch removing the owner's stamps."""
+
+    def touch_patch(self) -> JSON:
+        """A JSON merge patch that changes an object without changing what it means, for a controller that acts
+        only on changes."""

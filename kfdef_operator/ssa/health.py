@@ -22,10 +22,15 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
+#: kube-apiserver's reason on a CRD being deleted whose objects its cleanup finalizer could not delete.
+CRD_CLEANUP_FAILED = "InstanceDeletionFailed"
+
+
 @dataclass(frozen=True)
 class Health:
     state: State
     message: str = ""
+    reason: str = ""  # the API server's own reason, where a decision depends on it (CRD_CLEANUP_FAILED)
 
     @property
     def ready(self) -> bool:
@@ -131,10 +136,19 @@ def has_health(group: str, kind: str) -> bool:
     return (group, kind) in _ASSESSORS
 
 
+def _being_deleted(obj: JSON, group: str) -> Health:
+    if (group, obj.get("kind")) == ("apiextensions.k8s.io", "CustomResourceDefinition"):
+        terminating = _condition(obj, "Terminating") or {}
+        if terminating.get("status") == "True" and terminating.get("reason") == CRD_CLEANUP_FAILED:
+            return Health(State.PROGRESSING, f"being deleted; kube-apiserver could not delete its objects: "
+                                             f"{terminating.get('message', '')}", CRD_CLEANUP_FAILED)
+    return Health(State.PROGRESSING, "being deleted")
+
+
 def assess(obj: JSON) -> Health:
     """Readiness of one live object."""
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        return Health(State.PROGRESSING, "being deleted")
     group = obj.get("apiVersion", "").rpartition("/")[0]
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return _being_deleted(obj, group)
     assessor = _ASSESSORS.get((group, obj.get("kind", "")))
     return assessor(obj) if assessor else READY

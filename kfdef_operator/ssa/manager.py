@@ -50,7 +50,7 @@ from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Discovery, Resource, UnknownKind
-from kfdef_operator.ssa.health import State
+from kfdef_operator.ssa.health import CRD_CLEANUP_FAILED, Health, State, assess
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.live import LiveView
 from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
@@ -73,6 +73,10 @@ _MERGE_PATCH = "application/merge-patch+json"
 #: What a lookup knows of one object: its live metadata, None when absent, or why it could not be read.
 Known = JSON | None | KubeApiError
 _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+#: How long a CRD's failed cleanup is left to kube-apiserver's own retry (milliseconds, when it works), and how
+#: often the CRD is read whole when its kind is not watched.
+_CLEANUP_PATIENCE_S = 2.0
+_CLEANUP_RETRY_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -317,7 +321,7 @@ class ResourceManager:
                                                   "not deleted, retried at the next reconcile")
             if delete_error.status != 404:
                 return Change(ref, Action.FAILED, f"re-create: delete failed: {self.describe(delete_error)}")
-        gone = await self._wait_gone(ref, resource.version, timeout=60)
+        gone = await self._wait_gone(ownership, ref, resource.version, timeout=60)
         if gone is not True:
             return Change(ref, Action.FAILED,
                           f"re-create: the old object is {gone}; it will be applied once it is gone")
@@ -628,7 +632,8 @@ class ResourceManager:
                     pending.append((ref, version))
                 else:
                     result.changes.extend([change])
-            gone = await self._gather([self._wait_gone(ref, version, wave_timeout) for ref, version in pending])
+            gone = await self._gather([self._wait_gone(ownership, ref, version, wave_timeout)
+                                       for ref, version in pending])
             for (ref, _), waited in zip(pending, gone, strict=True):
                 if waited is True:
                     result.changes.extend([Change(ref, Action.DELETED)])
@@ -642,39 +647,87 @@ class ResourceManager:
                 await progress("teardown", done, len(inventory))
         return result
 
-    async def _wait_gone(self, ref: ObjectRef, version: str, timeout: float) -> bool | str:
+    async def _wait_gone(self, ownership: Ownership, ref: ObjectRef, version: str, timeout: float) -> bool | str:
         """True once the object is gone; else why it is still there (finalizers) after ``timeout``.
 
         Objects of watched kinds are awaited on the cache, waking at their watch events (no requests); others are
-        polled.
+        polled, by their metadata (a CRD is read whole every few seconds, for its conditions). A CRD whose cleanup
+        kube-apiserver failed and left alone is made to retry (:meth:`_retry_crd_cleanup`).
         """
         resource = await self.discovery.resource_for_ref(ref, version)
-        deadline = time.monotonic() + timeout
-        delay = 0.02
+        path = resource.path_of(ref)
+        is_crd = (ref.group, ref.kind) == ("apiextensions.k8s.io", "CustomResourceDefinition")
         watched = self.live if self.live is not None and self.live.is_watched(ref.group, ref.kind, ref.namespace) \
             else None
+        started = time.monotonic()
+        deadline, read_whole_at = started + timeout, started + _CLEANUP_PATIENCE_S
+        delay = 0.02
+        failed_since: float | None = None  # since when the CRD's cleanup has been seen failed
+        retried_at = 0.0
         while True:
+            now = time.monotonic()
+            health: Health | None = None
             if watched is not None:
-                if watched.get(ref) is None:
+                tracked = watched.get(ref)
+                if tracked is None:
                     return True
-            elif await self.kube.get(resource.path_of(ref), accept=_ONE_METADATA_ONLY) is None:
-                return True
-            if time.monotonic() > deadline:
-                live = await self.kube.get(resource.path_of(ref))
+                health = tracked.health
+            else:
+                whole = is_crd and now >= read_whole_at
+                live = await self.kube.get(path, accept="application/json" if whole else _ONE_METADATA_ONLY)
                 if live is None:
                     return True
-                finalizers = (live.get("metadata") or {}).get("finalizers") or []
-                blocked = f"; finalizers: {', '.join(finalizers)}" if finalizers else ""
-                if ref.kind == "Namespace":  # what keeps a namespace Terminating is in its conditions
-                    conditions = (live.get("status") or {}).get("conditions") or []
-                    blocked += "".join(f"; {c.get('message')}" for c in conditions
-                                       if c.get("status") == "True" and c.get("message"))
-                return f"still terminating after {timeout:.0f}s{blocked}"
+                if whole:
+                    health, read_whole_at = assess(live), now + _CLEANUP_PATIENCE_S
+            if health is not None:
+                failed_since = (failed_since or now) if health.reason == CRD_CLEANUP_FAILED else None
+            if failed_since is not None and now - failed_since >= _CLEANUP_PATIENCE_S \
+                    and now - retried_at >= _CLEANUP_RETRY_EVERY_S:
+                retried_at = now
+                await self._retry_crd_cleanup(ownership, ref, path, health.message if health else "")
+            if now > deadline:
+                return await self._still_there(ref, path, timeout)
             if watched is not None:  # bounded: a wake-up lost to a watch restart costs a second, not the timeout
-                await watched.next_event(ref, min(deadline - time.monotonic(), 1.0))
+                await watched.next_event(ref, min(deadline - now, 1.0))
             else:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
+
+    async def _still_there(self, ref: ObjectRef, path: str, timeout: float) -> bool | str:
+        """True when the object is gone after all; else why it is still there: its finalizers, and what keeps a
+        Namespace or a CRD (their conditions)."""
+        live = await self.kube.get(path)
+        if live is None:
+            return True
+        finalizers = (live.get("metadata") or {}).get("finalizers") or []
+        blocked = f"; finalizers: {', '.join(finalizers)}" if finalizers else ""
+        conditions = (live.get("status") or {}).get("conditions") or []
+        if ref.kind == "Namespace":
+            blocked += "".join(f"; {c.get('message')}" for c in conditions
+                               if c.get("status") == "True" and c.get("message"))
+        elif ref.kind == "CustomResourceDefinition":
+            blocked += "".join(f"; {c.get('reason')}: {c.get('message')}" for c in conditions
+                               if c.get("type") == "Terminating" and c.get("status") == "True")
+        return f"still terminating after {timeout:.0f}s{blocked}"
+
+    async def _retry_crd_cleanup(self, ownership: Ownership, ref: ObjectRef, path: str, message: str) -> None:
+        """Make kube-apiserver retry the cleanup of a CRD being deleted, which it failed and then left alone.
+
+        The CRD finalizer retries a failed cleanup (say "storage is (re)initializing", seen on CRDs deleted
+        seconds after they were created) at once; that retry can read a cached copy one version behind, take the
+        conflict for someone else's change and drop the CRD, expecting the change to queue it again. It does not:
+        the finalizer ignores changes of the Terminating condition alone (its own), so the CRD waits for its
+        informer's resync, every 5 minutes (k8s.io/apiextensions-apiserver v0.36, pkg/controller/finalizer).
+        Any other change queues it: the owner's touch (:meth:`Ownership.touch_patch`).
+        """
+        log.info("%s: kube-apiserver could not delete the objects of this CRD (%s) and will not retry for minutes; "
+                 "asking it to retry now", ref, message)
+        try:
+            await self.kube.request("PATCH", path, content_type=_MERGE_PATCH, accept=_ONE_METADATA_ONLY,
+                                    body=ownership.touch_patch())
+        except KubeApiError as error:
+            if error.status != 404:  # gone meanwhile: nothing to retry
+                log.warning("%s: could not ask kube-apiserver to retry its cleanup: %s", ref, self.describe(error))
 
 
 def _delete_body(uid: str | None, resource_version: str | None = None) -> JSON:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfdef_operator.ssa.health import READY, State, assess, has_health
+from kfdef_operator.ssa.health import CRD_CLEANUP_FAILED, READY, State, assess, has_health
 
 
 def cond(type_: str, status: str = "True", reason: str = "", message: str = "") -> dict:
@@ -140,6 +140,24 @@ def test_objects_being_deleted_are_progressing(obj):
     health = assess(obj)
     assert health.state is State.PROGRESSING
     assert "deleted" in health.message
+
+
+@pytest.mark.parametrize("terminating, reason", [
+    (cond("Terminating", reason="InstanceDeletionFailed", message="could not list instances: storage is "
+                                                                   "(re)initializing"), CRD_CLEANUP_FAILED),
+    (cond("Terminating", reason="InstanceDeletionInProgress"), ""),
+    (cond("Terminating", "False", reason="InstanceDeletionCompleted"), ""),
+    (cond("Terminating", "False", reason="InstanceDeletionFailed"), ""),
+    (None, ""),
+])
+def test_a_crd_whose_cleanup_failed_says_so_while_being_deleted(terminating, reason):
+    crd = live("apiextensions.k8s.io/v1", "CustomResourceDefinition", deletionTimestamp="2024-01-01T00:00:00Z",
+               status={"conditions": [cond("Established"), *([terminating] if terminating else [])]})
+    health = assess(crd)
+    assert (health.state, health.reason) == (State.PROGRESSING, reason)
+    assert "deleted" in health.message
+    if reason:
+        assert "storage is (re)initializing" in health.message
 
 
 @pytest.mark.parametrize("api_version, kind", [

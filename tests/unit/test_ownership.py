@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import re
+from datetime import datetime
 
 import pytest
 from hypothesis import given
@@ -292,6 +293,17 @@ def test_release_patch_removes_our_stamps_and_keeps_the_rest():
     assert released["metadata"]["annotations"] == {"note": "y"}
     assert OWNER.claim(released["metadata"]) is Claim.UNCLAIMED
     assert released["data"] == stamped["data"]
+
+
+def test_touch_patch_only_sets_the_time_in_an_annotation_of_ours():
+    stamped = OWNER.stamp(configmap(labels={"app": "x"}, annotations={"note": "y"}), namespaced=True, adopted=False)
+    touched = merge_patch(stamped, OWNER.touch_patch())
+    (added,) = set(touched["metadata"]["annotations"]) - set(stamped["metadata"]["annotations"])
+    assert added == "kfdef.apps.kubeflow.org/touched-at"
+    assert datetime.fromisoformat(touched["metadata"]["annotations"][added]).tzinfo is not None
+    untouched = {**touched["metadata"], "annotations": stamped["metadata"]["annotations"]}
+    assert {**touched, "metadata": untouched} == stamped
+    assert OWNER.unchanged(touched["metadata"], stamped)  # the digest still matches: no re-apply
 
 
 @pytest.mark.parametrize("meta, disabled", [
