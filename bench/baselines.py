@@ -28,6 +28,7 @@ import yaml
 
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.discovery import Discovery
+from kfdef_operator.ssa.health import CRD_CLEANUP_FAILED, assess
 
 from .context import Bench
 from .workload import Workload
@@ -37,6 +38,36 @@ FLOOR_CONCURRENCY = 48
 FLOOR_FIELD_MANAGER = "bench-floor"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CLUSTER_KINDS_WAITED = ("Namespace", "CustomResourceDefinition")
+TOUCHED_ANNOTATION = "bench.kubeflow.org/touched-at"
+
+
+class CleanupRetries:
+    """What the bench's deletions do, as the operator's teardown does, for a CRD whose cleanup kube-apiserver
+    failed and then left alone for minutes (see ``ResourceManager._retry_crd_cleanup``): after 2 s, touch it, so that
+    kube-apiserver retries. Without it a CRD deleted seconds after its creation could hold the bench for 5 minutes."""
+
+    PATIENCE_S = 2.0
+    EVERY_S = 10.0
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self._due: dict[str, float] = {}  # CRD path -> when to touch it
+
+    async def check(self, path: str, live: Any) -> None:
+        """Look at ``live``, the object at ``path`` just read (None: gone)."""
+        if not isinstance(live, dict) or assess(live).reason != CRD_CLEANUP_FAILED:
+            self._due.pop(path, None)
+            return
+        due = self._due.setdefault(path, time.monotonic() + self.PATIENCE_S)
+        if time.monotonic() < due:
+            return
+        self._due[path] = time.monotonic() + self.EVERY_S
+        try:
+            await self.kube.request("PATCH", path, content_type="application/merge-patch+json", body={
+                "metadata": {"annotations": {TOUCHED_ANNOTATION: str(time.time())}}})
+        except KubeApiError as error:
+            if error.status != 404:
+                raise
 
 
 def render(bench: Bench, workload: Workload, uri: str) -> tuple[Path, float]:
@@ -144,8 +175,11 @@ async def delete_applied(bench: Bench, objects: list[JSON], *, timeout: float = 
 
     await bench.kube.gather_limited([delete(path) for _, path in targets], FLOOR_CONCURRENCY)
     waited = [path for obj, path in targets if obj["kind"] in _CLUSTER_KINDS_WAITED]
+    retries = CleanupRetries(bench.kube)
     while True:
         present = await asyncio.gather(*(bench.kube.get(path) for path in waited))
+        for path, live in zip(waited, present, strict=True):
+            await retries.check(path, live)
         waited = [path for path, live in zip(waited, present, strict=True) if live is not None]
         if not waited:
             return time.monotonic() - started
@@ -179,8 +213,11 @@ async def floor_teardown(bench: Bench, objects: list[JSON], *, timeout: float = 
     started = time.monotonic()
     await bench.kube.gather_limited([delete(path) for path in uids], FLOOR_CONCURRENCY)
     waited = list(uids)
+    retries = CleanupRetries(bench.kube)
     while waited:
         present = await bench.kube.gather_limited([bench.kube.get(path) for path in waited], FLOOR_CONCURRENCY)
+        for path, live in zip(waited, present, strict=True):
+            await retries.check(path, live)
         waited = [path for path, live in zip(waited, present, strict=True) if still_there(live, path)]
         if time.monotonic() - started > timeout:
             raise TimeoutError(f"{len(waited)} objects still there after {timeout:.0f}s, e.g. {waited[:3]}")

@@ -7,6 +7,7 @@ predicate on the watch of KfDefs, delete and wait until gone.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from kfdef_operator.ssa.client import KubeClient
 from tests.operator_process import OperatorProcess
 
 from .archive_server import ArchiveServer
-from .cluster import KFDEF_NAMESPACE
+from .cluster import KFDEF_NAMESPACE, process_cpu_s
 from .streams import Arrival, EventStream
 from .workload import RUN_LABEL, Workload, generate, write_tarball
 
@@ -67,6 +68,29 @@ def all_applied(obj: JSON) -> bool:
 
 def is_ready(obj: JSON) -> bool:
     return condition(obj, "Ready") == "True"
+
+
+def reconciling_reason(obj: JSON) -> str | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Reconciling" and c.get("status") == "True":
+            return c.get("reason")
+    return None
+
+
+#: The steps a first apply announces in its status, in order (``Reconciling`` reasons).
+STEPS = ("FetchingSources", "Rendering", "Applying")
+#: The processes whose CPU time the benchmarks account for: the control plane's and the operator's.
+PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "operator")
+
+
+#: A teardown wave as ``ResourceManager.teardown`` logs it.
+_WAVE = re.compile(r"KfDef (?P<kfdef>\S+): teardown wave of (?P<objects>\d+) object\(s\) \((?P<kinds>[^)]*)\): "
+                   r"deletes sent in (?P<sent>[\d.]+) s, waited on until (?P<done>[\d.]+) s")
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per process between two :meth:`Bench.cpu` readings."""
+    return {name: round(after[name] - before[name], 3) for name in before}
 
 
 @dataclass
@@ -133,10 +157,54 @@ class Bench:
 
         return sum(await asyncio.gather(*(count(p) for p in collection_paths(workload))))
 
+    def steps(self, name: str, *, after: int, started: float, applied: float) -> dict[str, float]:
+        """Seconds spent in each step of KfDef ``name``'s first apply, from the status it wrote (seen on the watch
+        of KfDefs past ``after``): until it started (``queued``: the create call returning to its first step), each
+        of :data:`STEPS` until the next, ``Applying`` until ``applied`` (every object applied)."""
+        seen: dict[str, float] = {}
+        for arrival in self.kfdefs.events[after:]:
+            reason = reconciling_reason(arrival.object) if arrival.name == name else None
+            if reason in STEPS and reason not in seen:
+                seen[reason] = arrival.at
+        times = [seen.get(step) for step in STEPS]
+        if any(t is None for t in times):
+            return {}
+        bounds = [started, *times, applied]
+        spans = zip(bounds, bounds[1:], strict=False)
+        return {label: round(end - begin, 3) for label, (begin, end) in
+                zip(("queued", "fetch", "render", "apply"), spans, strict=True)}
+
+    # -- CPU -----------------------------------------------------------------------------
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each of :data:`PROCESSES` (the operator's with its renders and kustomize; 0 when
+        it is not running)."""
+        seconds = {name: process_cpu_s(self.control_plane.pid(name)) for name in PROCESSES if name != "operator"}
+        running = self.operator.popen is not None and self.operator.popen.poll() is None
+        seconds["operator"] = process_cpu_s(self.operator.popen.pid) if running else 0.0
+        return seconds
+
     # -- the operator process ----------------------------------------------------------
 
     async def operator_metrics(self) -> dict[str, float]:
         return await asyncio.to_thread(self.operator.metrics)
+
+    def operator_log_offset(self) -> int:
+        """Where the operator's log ends now (see :meth:`teardown_waves`)."""
+        try:
+            return self.operator.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def teardown_waves(self, name: str, since: int) -> list[dict]:
+        """The teardown waves of KfDef ``name`` the operator logged after byte ``since`` of its log: objects, kinds,
+        seconds until its deletes were sent and until it was waited on."""
+        with self.operator.log_path.open("rb") as log:
+            log.seek(since)
+            text = log.read().decode(errors="replace")
+        return [{"objects": int(m["objects"]), "kinds": m["kinds"].split(", "), "sent_s": float(m["sent"]),
+                 "done_s": float(m["done"])}
+                for m in _WAVE.finditer(text) if m["kfdef"] == f"{KFDEF_NAMESPACE}/{name}"]
 
     def operator_rss_mb(self) -> float:
         for line in Path(f"/proc/{self.operator.popen.pid}/status").read_text().splitlines():

@@ -10,12 +10,6 @@ from .report import HEADLINE_KEYS, _fmt
 JSON = dict[str, Any]
 
 
-
-def _custom_step(steps: dict) -> float:
-    """The custom resources' step of a profile (named after the whole set's CRD wait before per-CRD barriers)."""
-    return float(steps.get("custom resources, each after its CRD's Established wait",
-                           steps.get("wait for CRDs Established", 0.0)))
-
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *("| " + " | ".join(row) + " |" for row in rows)]
@@ -63,14 +57,22 @@ def _environment(meta: JSON) -> list[str]:
 
 
 def _sweep(results: JSON) -> list[str]:
+    def floor(point: JSON) -> list[str]:
+        if "floor_s" not in point:
+            return ["-", "-", "-"]
+        return [_fmt(point["floor_s"]), _fmt(point["floor_s"] / point["objects"] * 1000),
+                f"{point['applied_s'] / point['floor_s']:.2f}"]
+
     rows = [[_fmt(p["scale"]), str(p["objects"]), _fmt(p["applied_s"]), _fmt(p["objects_per_s"]),
-             _fmt(p["applied_s"] / p["objects"] * 1000)]
+             _fmt(p["applied_s"] / p["objects"] * 1000), *floor(p)]
             for p in sorted(results["scale.sweep"], key=lambda p: p["objects"])]
     many = results.get("scale.kfdefs_s") or {}
     if many.get("objects"):
         rows.append([f"{many['kfdefs']} KfDefs", str(many["objects"]), _fmt(many["median"]),
-                     _fmt(many["objects"] / many["median"]), _fmt(many["median"] / many["objects"] * 1000)])
-    return _table(["workload", "objects", "seconds (median)", "objects/s", "ms per object"], rows)
+                     _fmt(many["objects"] / many["median"]), _fmt(many["median"] / many["objects"] * 1000),
+                     "-", "-", "-"])
+    return _table(["workload", "objects", "seconds (median)", "objects/s", "ms per object", "floor s",
+                   "floor ms per object", "operator / floor"], rows)
 
 
 def _release(results: JSON) -> list[str]:
@@ -95,6 +97,104 @@ def _release(results: JSON) -> list[str]:
                if "release teardown operator/floor" in r else "") + "."]
 
 
+_WORKLOADS = (("synthetic", ""), ("v1.11.0", "release."))
+_CPU_PATHS = (("operator apply", "apply.operator", "apply.operator_s"), ("floor apply", "apply.floor", "apply.floor_s"),
+              ("operator teardown", "teardown.operator", "teardown.s"),
+              ("floor teardown", "teardown.floor", "teardown.floor_s"))
+
+
+def _cpu_of(results: JSON, prefix: str) -> JSON:
+    return results.get(f"{prefix}cpu") or {}
+
+
+def _floor_cores(results: JSON) -> str:
+    """The cores the floor's apply kept busy, per workload (``1.2 (synthetic), 1.7 (v1.11.0)``)."""
+    busy = [f"{cpu['apply.floor']['total'] / results[f'{prefix}apply.floor_s']['median']:.1f} ({label})"
+            for label, prefix in _WORKLOADS if "apply.floor" in (cpu := _cpu_of(results, prefix))]
+    return ", ".join(busy) or "(not measured)"
+
+
+def _time_and_cpu(results: JSON) -> list[str]:
+    """Where the operator's first apply spends its time (its steps, read from the status it writes) and the CPU
+    seconds each path used, per process."""
+    step_rows = []
+    for label, prefix in _WORKLOADS:
+        steps = (results.get(f"{prefix}apply.steps") or {}).get("median")
+        if not steps:
+            continue
+        floor = results[f"{prefix}apply.floor_s"]["median"]
+        step_rows.append([label, *(_fmt(steps[name]) for name in ("queued", "fetch", "render", "apply")),
+                          _fmt(results[f"{prefix}apply.operator_s"]["median"]), _fmt(floor),
+                          f"{steps['apply'] / floor:.2f}"])
+    cores = results["meta"]["machine"]["cores"]
+    cpu_rows = []
+    processes: list[str] = []
+    for label, prefix in _WORKLOADS:
+        for path, key, seconds_key in _CPU_PATHS:
+            entry = _cpu_of(results, prefix).get(key)
+            if not entry:
+                continue
+            processes = processes or list(entry["median"])
+            wall = results[f"{prefix}{seconds_key}"]["median"]
+            cpu_rows.append([label, path, *(_fmt(entry["median"][name]) for name in processes), _fmt(entry["total"]),
+                             _fmt(wall), f"{entry['total'] / wall:.2f}"])
+    if not step_rows and not cpu_rows:
+        return ["(not measured)"]
+    return [
+        "The operator's first apply, step by step (medians, seconds): `queued` from the create call returning to "
+        "its first status step, then fetching the sources, rendering (kustomize, and the desired state built from "
+        "its output, until the inventory is written), and applying until every object is applied; beside it the "
+        "floor's apply of the same objects.", "",
+        *_table(["workload", "queued", "fetch", "render", "apply", "operator in all", "floor", "apply / floor"],
+                step_rows), "",
+        f"CPU seconds used during each path (medians of `/proc/<pid>/stat`; the operator's include its render "
+        f"processes and kustomize), and the cores they kept busy on average (of {cores}):", "",
+        *_table(["workload", "path", *processes, "total", "wall s", "cores busy"], cpu_rows)]
+
+
+def _apply_bounds(results: JSON) -> list[str]:
+    """How fast any schedule of this operator's work could apply each workload on this machine, from the session's
+    own figures: the render before the first object (one kustomize build's output arrives at its exit), and the
+    CPU that the floor's work and the operator's own need on the machine's cores."""
+    cores = results["meta"]["machine"]["cores"]
+    lines = []
+    for label, prefix in _WORKLOADS:
+        steps = (results.get(f"{prefix}apply.steps") or {}).get("median")
+        cpu = _cpu_of(results, prefix)
+        if not steps or "apply.floor" not in cpu or "apply.operator" not in cpu:
+            continue
+        floor = results[f"{prefix}apply.floor_s"]["median"]
+        kubectl = results[f"{prefix}apply.kubectl_ssa_s"]["median"]
+        before_first = steps["queued"] + steps["fetch"] + steps["render"]
+        operator_cpu = cpu["apply.operator"]["median"]["operator"]
+        by_cpu = (cpu["apply.floor"]["total"] + operator_cpu) / cores
+        limit = min(1.15 * floor, 0.35 * kubectl)
+        serial = (f"the objects exist only {_fmt(before_first)} s after the create call (render "
+                  f"{_fmt(steps['render'])} s), and then kube-apiserver needs the floor's {_fmt(floor)} s: "
+                  f"{_fmt(before_first + floor)} s")
+        lines.append(
+            f"- **{label}**: the limits are {_fmt(1.15 * floor)} s (1.15 x the floor) and {_fmt(0.35 * kubectl)} s "
+            f"(0.35 x kubectl). Rendering first and applying then, {serial}. Overlapping the two cannot beat the CPU "
+            f"they need: the floor's path used {_fmt(cpu['apply.floor']['total'])} CPU seconds, the operator "
+            f"process {_fmt(operator_cpu)} (render included), so {cores} cores need at least {_fmt(by_cpu)} s even "
+            f"if nothing ever waited"
+            + (f" ({_fmt(by_cpu / limit)} x the tighter limit)." if by_cpu > limit else "."))
+    return lines
+
+
+def _teardown_waves(results: JSON, prefix: str) -> str:
+    """The operator's teardown waves (medians over the runs): what each deleted and how long it took."""
+    runs = [run for run in (results.get(f"{prefix}teardown.s") or {}).get("waves") or [] if run]
+    if not runs or len({len(run) for run in runs}) != 1:
+        return ""
+    waves = []
+    for index, wave in enumerate(runs[0]):
+        done = sorted(run[index]["done_s"] for run in runs)[len(runs) // 2]
+        kinds = wave["kinds"] if len(wave["kinds"]) <= 3 else [*wave["kinds"][:3], "..."]
+        waves.append(f"{wave['objects']} ({', '.join(kinds)}) {_fmt(done)} s")
+    return "; ".join(waves)
+
+
 #: Figures compared before and after a change (issue 18): (label, key or ratio name, where).
 _COMPARED = (
     ("synthetic: operator apply (s)", "apply.operator_s", "results"),
@@ -111,9 +211,9 @@ _COMPARED = (
     ("v1.11.0: teardown (s)", "release.teardown.s", "results"),
     ("v1.11.0: teardown floor (s)", "release.teardown.floor_s", "results"),
     ("v1.11.0: teardown operator / floor", "release teardown operator/floor", "ratios"),
-    ("no-op restart: writes on the server (max)", "noop.writes", "max"),
-    ("no-op restart, both stacks: writes", "release.noop.writes", "results"),
-    ("idle, both stacks: writes on the server", "idle.writes", "results"),
+    ("no-op restart: writes (max; before: every client's, after: the operator's)", "noop.writes", "max"),
+    ("no-op restart, both stacks: writes (as above)", "release.noop.writes", "results"),
+    ("idle, both stacks: writes (as above)", "idle.writes", "results"),
     ("idle window (s)", "idle.requests_per_min", "window_s"),
     ("operator RSS, v1.11.0 at rest (MiB)", "release.rss_mb", "results"),
     ("operator RSS, both stacks after restart and idle (MiB)", "idle.rss_mb", "results"),
@@ -190,53 +290,39 @@ def _misses(results: JSON) -> list[str]:
     """Why each missed target is missed, with the numbers of this session."""
     missed = {row["target"].split(" ")[0] for row in results["targets"] if row["met"] is False}
     profile = results.get("profile") or {}
-    apply = (profile.get("apply") or {}).get("steps_s", {})
     noop = (profile.get("noop") or {}).get("steps_s", {})
     notes = []
-    if ("apply.operator_s" in missed or "release.apply.operator_s" in missed) and apply:
-        without = results["apply.operator_s"]["median"] - results["render.s"]["median"]
+    if "apply.operator_s" in missed or "release.apply.operator_s" in missed:
         notes.append(
-            f"- **apply vs floor**: the operator's figure includes fetching and rendering the sources (render "
-            f"{_fmt(apply['render (kustomize)'])} s in the profile; `render.s` {_fmt(results['render.s']['median'])} s "
-            f"as a separate process, `release.render.s` {_fmt(results.get('release.render.s', {}).get('median', 0))} "
-            f"s), which the kubectl and floor figures do not: the render of every application finishes before the "
-            f"first object is applied. The apply itself overlaps the CRDs' establishment with the other objects "
-            f"(custom resources, each after its own CRD's Established wait, {_fmt(_custom_step(apply))} s in the "
-            f"profile, beside the other objects' applies rather than before them); admission objects still wait "
-            f"for them, where the floor retries custom resources every 20 ms until their CRD serves them. Without "
-            f"fetch and "
-            f"render the synthetic apply is {_fmt(without)} s, {_fmt(without / results['apply.floor_s']['median'])} "
-            f"x the floor. What remains: the render (applying an application's objects while the others render "
-            f"needs the desired state built per application: duplicates and API-version upgrades are decided over "
-            f"the whole KfDef today), the status write of the inventory before the first object is created (so "
-            f"that a crash never leaves objects the teardown does not know of), and the 2 cores the operator, "
-            f"kustomize and kube-apiserver share. v1.11.0 is one application, one `kustomize build`. "
-            f"A profiled reconcile of it (pyinstrument, 2026-11-25, d8d6cca; 24.5 s in all, floor 8.4 s): "
-            f"fetch 0.67 s, render 9.0 s (measured apart: kustomize 6.2 s, parsing its 9.8 MB of YAML 1.8 s), "
-            f"then the apply: its 70 CRDs 3.6 s, their Established wait 8.9 s, the custom resources 0.8 s. "
-            f"Fetch and render alone use up the whole 1.15 x budget (9.7 s), so on a release built in one piece "
-            f"the target needs objects applied while kustomize still runs, which its single output at exit does "
-            f"not allow. The apply itself is also about 1.6 x the floor; during it every watch event of the "
-            f"stack's own objects runs the heal's drift check (3.5 s of the event loop in that profile, mostly "
-            f"deep copies for stamping and comparisons of CRD schemas), a cost still to be cut.")
+            "- **apply vs floor and kubectl**: the floor and kubectl start from rendered objects; the operator's "
+            "figure includes fetching and rendering them, which come first (*Where the time and the CPU go* has "
+            "each step). From this session's own figures:")
+        notes.extend("  " + line for line in _apply_bounds(results))
+        notes.append(
+            "  A KfDef of one application is one `kustomize build`, whose output comes only when it exits, so "
+            "nothing can be applied before it; applying a KfDef's other applications while the last ones render would "
+            "also apply part of a KfDef whose render then fails, where today nothing changes until every "
+            "application renders.")
     for prefix, label in (("", "synthetic"), ("release.", "v1.11.0")):
         if f"{prefix}teardown.s" in missed:
+            waves = _teardown_waves(results, prefix)
             notes.append(
-                f"- **teardown ({label})**: the operator deletes in waves, each waited on: admission objects, custom "
-                f"resources (while their controllers run), CRDs (while the controllers run too: kube-apiserver "
-                f"keeps a CRD until every object of its kind is gone, re-checking every 5 s), then the rest with "
-                f"the Namespaces; aggregated ClusterRoles one at a time before the roles they draw from (deleted "
-                f"together, kube-controller-manager re-creates them). Every delete is preceded by a GET that "
-                f"checks the object is the stack's (never delete what it did not create). The floor deletes "
-                f"everything at once and takes a re-created aggregated role as deleted.")
+                f"- **teardown ({label})**: "
+                + (f"the operator's waves (objects, kinds, seconds until each was gone; medians): {waves}. " if waves
+                   else "")
+                + "The CRDs' wave waits for kube-apiserver to finalize each CRD (its `customresourcecleanup` "
+                "finalizer, a few workers for all of them); the last wave waits for the Namespaces, which "
+                "kube-controller-manager starts to empty only 5 s after their deletion (`namespaceDeletionGracePeriod`"
+                "). The floor deletes everything at once, so the two waits overlap. The operator deletes the "
+                "Namespaces, which hold the controllers, only once the CRDs are gone: a custom resource whose "
+                "finalizer no controller removes any more would keep its CRD for ever.")
     if "release.rss_mb" in missed or "memory" in missed:
         notes.append(
-            "- **memory**: besides its code (69 MiB at start), the operator at rest holds the TLS read buffer of "
-            "every open connection (asyncio gives each 256 KiB: one connection per watched kind, since HTTP/1.1 "
-            "watches cannot share one, and the request pool's idle connections for aiohttp's 15 s keep-alive; "
-            "27 MiB over 218 connections in a tracemalloc snapshot with v1.11.0 at rest), the desired states as "
-            "compact JSON (4.5 MiB for v1.11.0), the watch caches' summaries, and heap that the allocator keeps "
-            "after the apply's peak. See also the table under *Growth with objects*.")
+            "- **memory**: besides its code (69 MiB at start), the operator at rest holds one connection per "
+            "watched kind (HTTP/1.1 watches cannot share one; each reads through a 64 KiB TLS buffer, asyncio's "
+            "default being 256 KiB), the request pool's idle connections for aiohttp's 15 s keep-alive, the desired "
+            "states as compact JSON (4.5 MiB for v1.11.0), the watch caches' summaries, and heap that the allocator "
+            "keeps after the apply's peak. See also the table under *Growth with objects*.")
     if "heal.p99_ms" in missed:
         heal = sorted(results["heal.p50_ms"]["samples"])
         notes.append(
@@ -245,10 +331,9 @@ def _misses(results: JSON) -> list[str]:
             f"starts it, no GET first), so the tail is the event loop or kube-apiserver busy with other work on "
             f"the 2 shared cores (the measuring process included).")
     if "noop.writes" in missed:
-        writes = results["noop.writes"]["by_request"]
         notes.append(
-            f"- **noop.writes**: the writes per restart are {writes}: Events only (who posted them was not "
-            f"recorded); no object of the stack and no KfDef was written.")
+            f"- **noop.writes**: the operator's writes per restart were {results['noop.writes']['by_request']} "
+            f"(other clients: {results['noop.writes']['others']}).")
     for failure in results.get("scale.sweep_failures") or []:
         notes.append(f"- **sweep at x{_fmt(failure['scale'])} not measured**: {failure['error'][:300]}... "
                      "(the embedded control plane's Service IP range holds fewer Services than that workload has; "
@@ -265,11 +350,24 @@ def _misses(results: JSON) -> list[str]:
         points = sorted(results["scale.sweep"], key=lambda p: p["objects"])
         per_object = ", ".join(f"{_fmt(p['applied_s'] / p['objects'] * 1000)} ms at x{_fmt(p['scale'])}"
                                for p in points)
-        notes.append(f"- **scale**: time per object is {per_object}. A likely cause (not verified: the floor was "
-                     "only measured at the default size) is kube-apiserver's own work per CRD, which grows with "
-                     "the CRDs already installed (each CRD change rebuilds the OpenAPI documents of all of them); "
-                     "the x5 workload holds five times the CRDs.")
+        notes.append(f"- **scale**: time per object is {per_object}.{_sweep_floor(points)}")
     return notes or ["Every target is met."]
+
+
+def _sweep_floor(points: list[JSON]) -> str:
+    """What the floor measured at the sweep's sizes says of the growth per object."""
+    floors = [p for p in points if "floor_s" in p]
+    if len(floors) < 2:
+        return ""
+    ratios = [p["applied_s"] / p["floor_s"] for p in floors]
+    text = (" The floor, a workload of the same size applied at once, took "
+            + ", ".join(f"{_fmt(p['floor_s'] / p['objects'] * 1000)} ms per object at x{_fmt(p['scale'])}"
+                        for p in floors)
+            + f"; operator / floor {', '.join(f'{r:.2f}' for r in ratios)}")
+    if ratios[-1] <= ratios[0] * 1.1:
+        return text + (": the growth per object is kube-apiserver's (its work per CRD grows with the CRDs already "
+                       "installed: each CRD change rebuilds the OpenAPI documents of all of them), not the operator's.")
+    return text + ": the operator's time grows faster than the floor's."
 
 
 def render_markdown(results: JSON, before: JSON | None = None) -> str:
@@ -300,6 +398,10 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "",
         *_release(results),
         "",
+        "## Where the time and the CPU go",
+        "",
+        *_time_and_cpu(results),
+        "",
         "## Before and after issue 18",
         "",
         *before_after(before, results),
@@ -314,15 +416,37 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "",
         "## Findings of issue 18",
         "",
-        "- **The CRD that took over 60 s to go** (`customresourcecleanup.apiextensions.k8s.io`): kube-apiserver "
-        "deletes a CRD only after every object of its kind is gone; its finalizer deletes the remaining objects, "
-        "then re-checks every 5 s for up to a minute and starts over. One object with a finalizer whose controller "
-        "is gone holds the CRD for ever. The operator's teardown deleted the controllers (the Deployments, in the "
-        "wave of the rest) before the CRDs, so custom resources nobody listed (those a controller makes) could keep "
-        "their finalizers; it now deletes the CRDs right after the custom resources, while the controllers run, and "
-        "the rest with the Namespaces in one wave after them. The profiler also gave up after one run of the "
-        "teardown, where the operator retries with its delays: it now runs the teardown again until the KfDef is "
-        "gone. (It also raced a standby preparation rendering into the same directory, since fixed.)",
+        "- **The CRD that took over 60 s to go** (`customresourcecleanup.apiextensions.k8s.io`) had two causes. "
+        "(1) kube-apiserver deletes a CRD only after every object of its kind is gone; its finalizer deletes the "
+        "remaining objects, then re-checks every 5 s. One object with a finalizer whose controller is gone holds the "
+        "CRD for ever, and the teardown deleted the controllers (the Deployments) before the CRDs: it now deletes "
+        "the CRDs right after the custom resources, while the controllers run. (2) A CRD deleted seconds after its "
+        "creation: the finalizer's cleanup fails (`could not list instances: storage is (re)initializing`) and "
+        "its immediate retry can read a cached copy one version behind, take the conflict for someone else's change "
+        "and drop the CRD; the change it then sees differs only in the `Terminating` condition, which it ignores, "
+        "so the CRD stays until the informer's resync, 5 minutes later (k8s.io/apiextensions-apiserver v0.36.4, "
+        "`pkg/controller/finalizer`). A benchmark run saw it: 16 of 22 CRDs deleted by the kubectl baseline failed "
+        "once, one of them stayed 4.5 minutes. The teardown now touches such a CRD after 2 s (an annotation of the "
+        "operator's, which queues it again), and so do the benchmark's own deletions. The profiler also gave up "
+        "after one run of the teardown, where the operator retries with its delays: it now runs the teardown again "
+        "until the KfDef is gone. (It also raced a standby preparation rendering into the same directory, since "
+        "fixed.)",
+        "- **The teardown waited for the Namespaces' fixed delay after everything else**: kube-controller-manager "
+        "starts to empty a deleted namespace only 5 s after its deletion (`namespaceDeletionGracePeriod`), and the "
+        "last wave sent the Namespaces' deletes last, after some 480 others, each preceded by a GET (a CRD's GET "
+        "returned its whole schema). The Namespaces now go first in that wave, an object the watch cache shows as "
+        "the stack's is deleted without a GET (uid and resourceVersion preconditions guard against a stale cache), "
+        "and the waits wake on watch events instead of polling every 0.5 s. The operator cannot overlap the CRDs' "
+        "wave with the Namespaces' delay as the floor does: the Namespaces hold the controllers that custom "
+        "resources may still need.",
+        "- **The no-op restart's writes were other clients' Events**: kube-apiserver's audit log tells clients "
+        "apart by user agent; the operator wrote nothing on restart or at rest, the Events came from cluster "
+        "components (`noop.writes`, `idle.writes`). The write targets now count the operator's writes.",
+        "- **Where the CPU goes**: the benchmarks read every process's CPU time per path (*Where the time and the "
+        f"CPU go*): the floor's apply alone keeps {_floor_cores(results)} of the "
+        f"{meta['machine']['cores']} cores busy, so the operator's render (kustomize, then the YAML it prints "
+        "parsed) cannot hide behind kube-apiserver's work; for v1.11.0 the CPU alone rules out the 1.15 x and "
+        "0.35 x targets (*Why targets are missed*).",
         "- **Ten times the workload never finished before**: the operator's watches (one per kind; 114 at 10x) "
         "shared the requests' connection pool of 64, so every request waited for a connection until it timed out "
         "and the status was never written (`StatusNotWritten` once a minute). Watches now have a pool of their own.",
@@ -361,9 +485,17 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "- `noop.*`: the operator restarted with the stack deployed. `noop.s`: from the new process answering "
         "`/readyz` until its resume reconcile succeeded (`kfdef_reconcile_duration_seconds_count{result=\"success\"}`);"
         " `noop.restart_s` includes the process start; `noop.reconcile_s` is the reconcile's own duration. "
-        "`noop.writes` counts write requests on the server (`apiserver_request_total`, no dry runs, the stack's "
-        "resources except their `status`, `kfdefs` and `events`) over the restart and 2 s after, whoever sent "
-        f"them; the operator's own client counted {noop['operator_client']} writes.",
+        "`noop.writes` counts the operator's write requests of any resource (its own client's and kopf's, told "
+        "apart by user agent in kube-apiserver's audit log; dry runs and Leases aside) over the restart and 2 s "
+        f"after; its own client counted {noop['operator_client']} writes. Other clients wrote "
+        f"{noop['others']} in the same windows (the stacks' objects, KfDefs and Events by anyone, from "
+        f"`apiserver_request_total`: {noop['server_stack_writes']}).",
+        "- `apply.steps`, `release.apply.steps`: the first arrival, on the watch of KfDefs, of each `Reconciling` "
+        "reason the operator writes (`FetchingSources`, `Rendering`, `Applying`), between the create call "
+        "returning and every object applied.",
+        "- `cpu`, `release.cpu`: user and system CPU seconds (`/proc/<pid>/stat`) of etcd, kube-apiserver, "
+        "kube-controller-manager, kube-scheduler, kwok and the operator (with the render processes and kustomize "
+        "runs it waited for), read before and after each apply and teardown; kubectl's own process is not counted.",
         "- `heal.*`: see `bench/heal.py`; Deployment heals measured on a watch "
         f"({results['heal.p50_ms']['resolution']}).",
         "- `teardown.s`: from the KfDef delete call returning until the KfDef is gone and no object of any kind in "
@@ -374,10 +506,11 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "- `release.noop.writes`, `idle.*`, `idle.writes`: the v1.11.0 release and a synthetic stack deployed "
         "together, the operator restarted (its resume reconcile of both is the no-op), then left at rest. "
         "`release.rss_mb`: the operator's VmRSS 5 s after the release alone was Ready (first apply). "
-        f"`idle.writes` counts every client's writes of the stacks' objects, KfDefs and Events: "
-        f"{results['idle.writes']['by_request'] or 'none'} (the operator's own client sent "
-        f"{sum((results['idle.requests_per_min']['by_verb'] or {}).values())}"
-        " requests at rest; Events of the release's simulated pods are written by cluster components).",
+        f"`idle.writes` counts the operator's writes (audit log, as for `noop.writes`): "
+        f"{results['idle.writes']['by_request'] or 'none'}; its own client sent "
+        f"{sum((results['idle.requests_per_min']['by_verb'] or {}).values())} requests at rest. Other clients "
+        f"wrote {results['idle.writes']['others'] or 'nothing'} (Events of the release's simulated pods, and "
+        "the cluster components' own objects).",
         f"- `idle.*`: operator at rest with both stacks deployed, over {idle['window_s']:.0f} s: its own requests by "
         f"verb {idle['by_verb'] or '{}'} (watches are not requests here); all clients' reads of the stack's resources "
         f"on the server: {idle['server_reads_per_min_all_clients']:.1f}/min. Open watches of the operator (server "

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .cluster import apiserver_metrics, difference, open_watches, stack_reads, stack_writes
-from .context import Bench, all_applied, is_ready
+from .cluster import (
+    apiserver_metrics,
+    audit_offset,
+    difference,
+    open_watches,
+    stack_reads,
+    stack_writes,
+    writes_by_client,
+)
+from .context import Bench, all_applied, cpu_used, is_ready
 from .workload import Workload
 
 _OPERATOR_WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -25,33 +33,52 @@ class Deployed:
     workload: Workload
     applied_s: float     # create call returned -> status: every object applied, Reconciling False
     ready_s: float       # create call returned -> Ready True
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per step of the apply (Bench.steps)
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per process until every object was applied
 
 
 async def deploy(bench: Bench, workload: Workload, uri: str, *, timeout: float = 600) -> Deployed:
     """Create a KfDef for the workload and wait until it is applied, then Ready."""
     mark = bench.kfdefs.mark()
+    cpu_before = bench.cpu()
     created, started = await bench.create_kfdef(workload, uri)
     name = created["metadata"]["name"]
     applied = await bench.wait_kfdef(name, all_applied, after=mark, timeout=timeout, what="applied")
+    cpu = cpu_used(cpu_before, bench.cpu())
     ready = await bench.wait_kfdef(name, is_ready, after=mark, timeout=timeout, what="Ready")
-    return Deployed(name, workload, applied.at - started, ready.at - started)
+    return Deployed(name, workload, applied.at - started, ready.at - started,
+                    bench.steps(name, after=mark, started=started, applied=applied.at), cpu)
 
 
-async def teardown(bench: Bench, deployed: Deployed, *, timeout: float = 300) -> float:
-    """Seconds from the KfDef delete call returning until it is gone and no object carries its label."""
+async def teardown(bench: Bench, deployed: Deployed, *, timeout: float = 300,
+                   waves: list[list[dict]] | None = None) -> float:
+    """Seconds from the KfDef delete call returning until it is gone and no object carries its label; the waves the
+    operator logged are appended to ``waves``."""
+    log_from = bench.operator_log_offset()
     started = time.monotonic()
     await bench.delete_kfdef(deployed.name, timeout=timeout)
     while await bench.leftovers(deployed.workload, deployed.name):
         if time.monotonic() - started > timeout:
             raise TimeoutError(f"objects of KfDef {deployed.name} still there after {timeout:.0f}s")
         await asyncio.sleep(0.05)
-    return time.monotonic() - started
+    seconds = time.monotonic() - started
+    if waves is not None:
+        waves.append(bench.teardown_waves(deployed.name, log_from))
+    return seconds
 
 
 def _operator_writes(metrics: dict[str, float]) -> int:
     return int(sum(v for k, v in metrics.items()
                    if k.startswith("kfdef_api_requests_total{")
                    and any(f'verb="{w}"' in k for w in _OPERATOR_WRITE_VERBS)))
+
+
+def _attributed(by_client: dict[str, dict[str, int]]) -> dict:
+    """Writes of the audit log split into the operator's (every resource; its own client and kopf's) and the other
+    clients' (by client and request)."""
+    operator = by_client.pop("operator", {})
+    return {"writes_operator": sum(operator.values()), "writes_operator_by_request": operator,
+            "writes_others": by_client}
 
 
 async def _reconcile_count(bench: Bench, result: str) -> int:
@@ -67,12 +94,15 @@ async def noop_restart(bench: Bench, resources: frozenset[str], *, settle_s: flo
     reconcile succeeded; ``restart_s`` adds the process start; ``reconcile_s``
     is the reconcile's own duration (operator metric). Writes are counted on
     the server (every client, the operator's framework included) over the
-    restart plus ``settle_s`` after, and on the operator's own client.
+    restart plus ``settle_s`` after, told apart by client in kube-apiserver's
+    audit log (``writes_operator``: the operator's, of any resource), and on
+    the operator's own client.
     Open watches: the server's watch gauge with the operator up minus down.
     ``resources``: plurals of the deployed stacks' resources (:func:`stack_resources`).
     """
     samples = await asyncio.to_thread(apiserver_metrics, bench.control_plane)
     writes_before, watches_up = stack_writes(samples, resources), open_watches(samples, resources)
+    audited_from = audit_offset(bench.control_plane)
     await asyncio.to_thread(bench.operator.stop)
     await asyncio.sleep(1.5)
     watches_down = open_watches(await asyncio.to_thread(apiserver_metrics, bench.control_plane), resources)
@@ -89,6 +119,7 @@ async def noop_restart(bench: Bench, resources: frozenset[str], *, settle_s: flo
     samples = await asyncio.to_thread(apiserver_metrics, bench.control_plane)
     server_writes = difference(stack_writes(samples, resources), writes_before)
     return {
+        **_attributed(writes_by_client(bench.control_plane, audited_from)),
         "s": done - ready, "restart_s": done - started,
         "reconcile_s": metrics.get('kfdef_reconcile_duration_seconds_sum{result="success"}', 0.0),
         "writes_server": sum(server_writes.values()), "writes_server_by_request": server_writes,
@@ -99,11 +130,12 @@ async def noop_restart(bench: Bench, resources: frozenset[str], *, settle_s: flo
 
 async def idle(bench: Bench, resources: frozenset[str], *, window_s: float, settle_s: float) -> dict:
     """Requests of the operator at rest with the stacks deployed (``resources``: their plurals), writes on the
-    server by every client, and the operator's resident memory."""
+    server by every client (also told apart by client, from the audit log), and the operator's resident memory."""
     await asyncio.sleep(settle_s)
     before = await bench.operator_metrics()
     samples = await asyncio.to_thread(apiserver_metrics, bench.control_plane)
     reads_before, writes_before = stack_reads(samples, resources), stack_writes(samples, resources)
+    audited_from = audit_offset(bench.control_plane)
     started = time.monotonic()
     await asyncio.sleep(window_s)
     after = await bench.operator_metrics()
@@ -118,5 +150,6 @@ async def idle(bench: Bench, resources: frozenset[str], *, window_s: float, sett
         "requests_by_verb": requests,
         "server_reads_per_min_all_clients": (reads_after - reads_before) / minutes,
         "server_writes": sum(writes.values()), "server_writes_by_request": writes,
+        **_attributed(writes_by_client(bench.control_plane, audited_from)),
         "window_s": minutes * 60,
     }

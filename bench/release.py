@@ -42,8 +42,8 @@ from tests.releases.unservable import write_wrappers
 
 from . import baselines
 from .cluster import KFDEF_NAMESPACE
-from .context import KFDEFS_PATH, Bench, all_applied, is_ready
-from .stats import summary
+from .context import KFDEFS_PATH, Bench, all_applied, cpu_used, is_ready
+from .stats import cpu_summary, steps_summary, summary
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -122,6 +122,8 @@ class DeployedRelease:
     volumes: list[str]
     applied_s: float
     ready_s: float
+    steps: dict[str, float]  # seconds per step of the apply, from its status (Bench.steps)
+    cpu: dict[str, float]    # CPU seconds per process from the create call until every object was applied
 
 
 async def deploy(bench: Bench, release: Release) -> DeployedRelease:
@@ -130,16 +132,24 @@ async def deploy(bench: Bench, release: Release) -> DeployedRelease:
     kfdef = copy.deepcopy(release.kfdef)
     name = kfdef["metadata"]["name"] = f"kubeflow-{uuid.uuid4().hex[:5]}"
     mark = bench.kfdefs.mark()
+    cpu_before = bench.cpu()
     await bench.kube.request("POST", KFDEFS_PATH, body=kfdef)
     started = time.monotonic()
     applied = await bench.wait_kfdef(name, all_applied, after=mark, timeout=900, what="applied")
+    cpu = cpu_used(cpu_before, bench.cpu())
     ready = await bench.wait_kfdef(name, is_ready, after=mark, timeout=900, what="Ready")
-    return DeployedRelease(name, volumes, applied.at - started, ready.at - started)
+    return DeployedRelease(name, volumes, applied.at - started, ready.at - started,
+                           bench.steps(name, after=mark, started=started, applied=applied.at), cpu)
 
 
-async def teardown(bench: Bench, release: Release, deployed: DeployedRelease) -> float:
-    """Seconds from the KfDef delete call returning until it is gone; checks that nothing of the release is left."""
+async def teardown(bench: Bench, release: Release, deployed: DeployedRelease,
+                   waves: list[list[dict]] | None = None) -> float:
+    """Seconds from the KfDef delete call returning until it is gone; checks that nothing of the release is left.
+    The waves the operator logged are appended to ``waves``."""
+    log_from = bench.operator_log_offset()
     teardown_s = await bench.delete_kfdef(deployed.name, timeout=900)
+    if waves is not None:
+        waves.append(bench.teardown_waves(deployed.name, log_from))
     left = await remaining(bench, release.objects)
     if left:
         raise RuntimeError(f"the teardown left {len(left)} objects of the release, e.g. {left[:5]}")
@@ -150,8 +160,11 @@ async def teardown(bench: Bench, release: Release, deployed: DeployedRelease) ->
 async def operator_round(bench: Bench, release: Release) -> dict:
     """Apply, Ready and teardown of the release by the operator; seconds of each."""
     deployed = await deploy(bench, release)
-    teardown_s = await teardown(bench, release, deployed)
-    return {"applied_s": deployed.applied_s, "ready_s": deployed.ready_s, "teardown_s": teardown_s}
+    before, waves = bench.cpu(), []
+    teardown_s = await teardown(bench, release, deployed, waves)
+    return {"applied_s": deployed.applied_s, "ready_s": deployed.ready_s, "teardown_s": teardown_s,
+            "steps": deployed.steps, "cpu": deployed.cpu, "teardown_cpu": cpu_used(before, bench.cpu()),
+            "teardown_waves": waves[0]}
 
 
 async def kubectl_round(bench: Bench, release: Release) -> dict:
@@ -163,12 +176,17 @@ async def kubectl_round(bench: Bench, release: Release) -> dict:
     return measured
 
 
-async def floor_round(bench: Bench, release: Release) -> tuple[float, float]:
-    """Seconds of the floor's apply and of its teardown (every object deleted at once, waited until gone)."""
+async def floor_round(bench: Bench, release: Release) -> dict:
+    """Seconds of the floor's apply and of its teardown (every object deleted at once, waited until gone), and the
+    CPU seconds of each."""
+    before = bench.cpu()
     seconds = await baselines.floor_apply(bench, release.objects)
+    middle = bench.cpu()
     teardown_s = await baselines.floor_teardown(bench, release.objects)
+    measured = {"applied_s": seconds, "teardown_s": teardown_s, "cpu": cpu_used(before, middle),
+                "teardown_cpu": cpu_used(middle, bench.cpu())}
     await remove(bench, release.objects)  # aggregated ClusterRoles kube-controller-manager re-created
-    return seconds, teardown_s
+    return measured
 
 
 # -- cleaning up ----------------------------------------------------------------------------------------------------
@@ -201,7 +219,10 @@ async def remove(bench: Bench, objects: list[JSON], *, timeout: float = 600) -> 
                                     baselines.FLOOR_CONCURRENCY)
     waited = [path for obj, path, _ in outside if obj["kind"] in ("Namespace", "CustomResourceDefinition")]
     deadline = time.monotonic() + timeout
-    while any(await asyncio.gather(*(bench.kube.get(path) for path in waited))):
+    retries = baselines.CleanupRetries(bench.kube)
+    while any(present := await asyncio.gather(*(bench.kube.get(path) for path in waited))):
+        for path, live in zip(waited, present, strict=True):
+            await retries.check(path, live)
         if time.monotonic() > deadline:
             raise TimeoutError(f"the release's namespaces and CRDs still there after {timeout:.0f}s")
         await asyncio.sleep(0.2)
@@ -241,11 +262,18 @@ def results(release: Release, raw: dict[str, list]) -> JSON:
         "release.apply.operator_s": summary([r["applied_s"] for r in operator], "s", **meta),
         "release.apply.operator_ready_s": summary([r["ready_s"] for r in operator], "s"),
         "release.apply.kubectl_ssa_s": summary([k["s"] for k in kubectl], "s", steps=kubectl),
-        "release.apply.floor_s": summary([f for f, _ in raw["floor"]], "s", concurrency=baselines.FLOOR_CONCURRENCY),
+        "release.apply.floor_s": summary([f["applied_s"] for f in raw["floor"]], "s",
+                                         concurrency=baselines.FLOOR_CONCURRENCY),
         "release.render.s": summary([release.render_s], "s", note="kfdef-operator build (not part of kubectl/floor)"),
-        "release.teardown.s": summary([r["teardown_s"] for r in operator], "s"),
-        "release.teardown.floor_s": summary([t for _, t in raw["floor"]], "s"),
+        "release.teardown.s": summary([r["teardown_s"] for r in operator], "s",
+                                      waves=[r["teardown_waves"] for r in operator]),
+        "release.teardown.floor_s": summary([f["teardown_s"] for f in raw["floor"]], "s"),
     }
     for entry in entries.values():
         entry["value"] = entry["median"]
+    entries["release.apply.steps"] = steps_summary([r["steps"] for r in operator])
+    entries["release.cpu"] = {path: cpu_summary([run[key] for run in runs]) for path, runs, key in (
+        ("apply.operator", operator, "cpu"), ("apply.floor", raw["floor"], "cpu"),
+        ("teardown.operator", operator, "teardown_cpu"), ("teardown.floor", raw["floor"], "teardown_cpu"))}
     return entries
+

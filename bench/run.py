@@ -31,9 +31,9 @@ from tests.operator_process import OperatorProcess  # noqa: E402
 from . import baselines, ha, heal, operator_runs, release, report, scale  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import start_control_plane  # noqa: E402
-from .context import KFDEFS_PATH, Bench, run_selector, stack_resources  # noqa: E402
+from .context import KFDEFS_PATH, Bench, cpu_used, run_selector, stack_resources  # noqa: E402
 from .environment import describe  # noqa: E402
-from .stats import percentile, summary  # noqa: E402
+from .stats import cpu_summary, percentile, steps_summary, summary  # noqa: E402
 from .streams import EventStream  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -75,6 +75,8 @@ async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> 
     deployed = await operator_runs.deploy(bench, workload, uri)
     raw["apply.operator_s"].append(deployed.applied_s)
     raw["apply.operator_ready_s"].append(deployed.ready_s)
+    raw["apply.operator_steps"].append(deployed.steps)
+    raw["cpu.apply.operator"].append(deployed.cpu)
     log.info("no-op restart")
     raw["noop"].append(await operator_runs.noop_restart(bench, stack_resources([workload])))
     if index == 0:
@@ -83,7 +85,9 @@ async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> 
         raw["heal.namespace_s"] = await heal.namespaces(bench, deployed, plan.cascade_trials)
         raw["heal.crd_s"] = await heal.crds(bench, deployed, plan.cascade_trials)
     log.info("teardown")
-    raw["teardown.s"].append(await operator_runs.teardown(bench, deployed))
+    before = bench.cpu()
+    raw["teardown.s"].append(await operator_runs.teardown(bench, deployed, waves=raw["teardown.waves"]))
+    raw["cpu.teardown.operator"].append(cpu_used(before, bench.cpu()))
 
     for path in ("kubectl", "floor"):
         workload, uri = bench.new_workload(plan.scale)
@@ -95,8 +99,12 @@ async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> 
             crds = ("crd", "-l", run_selector(workload))
             raw["kubectl"].append(await baselines.kubectl_apply(bench, rendered, crds))
         else:
+            before = bench.cpu()
             raw["apply.floor_s"].append(await baselines.floor_apply(bench, objects))
+            middle = bench.cpu()
             raw["teardown.floor_s"].append(await baselines.floor_teardown(bench, objects))
+            raw["cpu.apply.floor"].append(cpu_used(before, middle))
+            raw["cpu.teardown.floor"].append(cpu_used(middle, bench.cpu()))
         await baselines.delete_applied(bench, objects)
 
 
@@ -116,9 +124,13 @@ async def _idle_with_both(bench: Bench, plan: Plan, prepared: release.Release, r
     log.info("idle for %.0f s with both stacks", plan.idle_window_s)
     raw["idle"].append(await operator_runs.idle(bench, resources, window_s=plan.idle_window_s,
                                                 settle_s=plan.idle_settle_s))
-    teardown_s = await release.teardown(bench, prepared, deployed_release)
+    before, waves = bench.cpu(), []
+    teardown_s = await release.teardown(bench, prepared, deployed_release, waves)
+    teardown_cpu = cpu_used(before, bench.cpu())
     await operator_runs.teardown(bench, deployed)
-    return {"applied_s": deployed_release.applied_s, "ready_s": deployed_release.ready_s, "teardown_s": teardown_s}
+    return {"applied_s": deployed_release.applied_s, "ready_s": deployed_release.ready_s, "teardown_s": teardown_s,
+            "steps": deployed_release.steps, "cpu": deployed_release.cpu, "teardown_cpu": teardown_cpu,
+            "teardown_waves": waves[0]}
 
 
 async def _release(bench: Bench, plan: Plan, raw_all: dict[str, list]) -> dict:
@@ -160,9 +172,11 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
         "apply.kubectl_ssa_s": summary([k["s"] for k in kubectl], "s", steps=kubectl),
         "apply.floor_s": summary(raw["apply.floor_s"], "s", concurrency=baselines.FLOOR_CONCURRENCY),
         "render.s": summary(raw["render.s"], "s", note="kfdef-operator build (not part of kubectl/floor figures)"),
-        "noop.writes": summary([n["writes_server"] for n in noop], "requests",
+        "noop.writes": summary([n["writes_operator"] for n in noop], "requests",
                                operator_client=[n["writes_operator_client"] for n in noop],
-                               by_request=[n["writes_server_by_request"] for n in noop]),
+                               by_request=[n["writes_operator_by_request"] for n in noop],
+                               others=[n["writes_others"] for n in noop],
+                               server_stack_writes=[n["writes_server_by_request"] for n in noop]),
         "noop.s": summary([n["s"] for n in noop], "s"),
         "noop.restart_s": summary([n["restart_s"] for n in noop], "s"),
         "noop.reconcile_s": summary([n["reconcile_s"] for n in noop], "s"),
@@ -170,18 +184,23 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
         "heal.p99_ms": summary(heal_ms, "ms", value=percentile(heal_ms, 99)),
         "heal.namespace_s": summary(raw["heal.namespace_s"], "s", resolution="watch events"),
         "heal.crd_s": summary(raw["heal.crd_s"], "s", resolution=f"GET every {heal.POLL_S * 1000:.0f} ms"),
-        "teardown.s": summary(raw["teardown.s"], "s"),
+        "teardown.s": summary(raw["teardown.s"], "s", waves=raw["teardown.waves"]),
         "teardown.floor_s": summary(raw["teardown.floor_s"], "s", concurrency=baselines.FLOOR_CONCURRENCY),
         "idle.rss_mb": summary([idle["rss_mb"]], "MiB"),
         "idle.requests_per_min": summary([idle["requests_per_min"]], "requests/min",
                                          by_verb=idle["requests_by_verb"], window_s=idle["window_s"],
                                          server_reads_per_min_all_clients=idle["server_reads_per_min_all_clients"]),
-        "idle.writes": summary([idle["server_writes"]], "requests", by_request=idle["server_writes_by_request"],
+        "idle.writes": summary([idle["writes_operator"]], "requests", by_request=idle["writes_operator_by_request"],
+                               others=idle["writes_others"], server_stack_writes=idle["server_writes_by_request"],
                                window_s=idle["window_s"], stacks="synthetic + release"),
         "release.rss_mb": summary(raw["release.rss_mb"], "MiB", note="the release alone, at rest after its apply"),
-        "release.noop.writes": summary([n["writes_server"] for n in raw["release.noop"]], "requests",
+        "release.noop.writes": summary([n["writes_operator"] for n in raw["release.noop"]], "requests",
                                        stacks="synthetic + release",
-                                       by_request=[n["writes_server_by_request"] for n in raw["release.noop"]]),
+                                       by_request=[n["writes_operator_by_request"] for n in raw["release.noop"]],
+                                       others=[n["writes_others"] for n in raw["release.noop"]]),
+        "apply.steps": steps_summary(raw["apply.operator_steps"]),
+        "cpu": {key[len("cpu."):]: cpu_summary(raw[key]) for key in
+                ("cpu.apply.operator", "cpu.apply.floor", "cpu.teardown.operator", "cpu.teardown.floor")},
         "idle.watches": {"value": sum(noop[0]["operator_watches"].values()), "unit": "watches",
                          "by_resource": noop[0]["operator_watches"]},
         "scale.sweep": raw["sweep"],
@@ -202,7 +221,9 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     raw: dict[str, list] = {k: [] for k in ("apply.operator_s", "apply.operator_ready_s", "apply.floor_s", "render.s",
                                             "kubectl", "noop", "idle", "teardown.s", "teardown.floor_s", "many",
                                             "sweep", "sweep_failures", "workloads", "release.rss_mb",
-                                            "release.noop")}
+                                            "release.noop", "apply.operator_steps", "cpu.apply.operator",
+                                            "cpu.teardown.operator", "cpu.apply.floor", "cpu.teardown.floor",
+                                            "teardown.waves")}
     kube = await KubeClient.connect(str(control_plane.kubeconfig))
     archive_dir = work_dir / "archives"
     archive_dir.mkdir(parents=True, exist_ok=True)

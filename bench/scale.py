@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from . import baselines
 from .context import Bench, is_ready
 from .operator_runs import Deployed, deploy, teardown
 from .workload import Workload
@@ -40,13 +41,19 @@ async def many(bench: Bench, count: int, *, timeout: float = 900) -> dict:
 
 async def sweep_point(bench: Bench, scale: float) -> dict:
     """One KfDef of the workload at ``scale``: applied and Ready times, objects per second, and the operator's
-    resident memory before the KfDef and at rest with it deployed (``RSS_SETTLE_S`` after Ready)."""
+    resident memory before the KfDef and at rest with it deployed (``RSS_SETTLE_S`` after Ready); then the floor's
+    apply of a workload of the same size, to tell the operator's growth from kube-apiserver's."""
     workload, uri = bench.new_workload(scale)
     rss_before = bench.operator_rss_mb()
     deployed = await deploy(bench, workload, uri)
     await asyncio.sleep(RSS_SETTLE_S)
     rss_mb = bench.operator_rss_mb()
     teardown_s = await teardown(bench, deployed)
+    workload, uri = bench.new_workload(scale)
+    rendered, _ = await asyncio.to_thread(baselines.render, bench, workload, uri)
+    objects = baselines.load(rendered)
+    floor_s = await baselines.floor_apply(bench, objects)
+    await baselines.delete_applied(bench, objects)
     return {"scale": scale, "objects": workload.total, "applied_s": deployed.applied_s, "ready_s": deployed.ready_s,
             "objects_per_s": workload.total / deployed.applied_s, "teardown_s": teardown_s,
-            "rss_before_mb": rss_before, "rss_mb": rss_mb}
+            "rss_before_mb": rss_before, "rss_mb": rss_mb, "floor_s": floor_s}
