@@ -155,10 +155,12 @@ OPERATOR_AGENTS = ("kfdef-operator/", "kopf/")
 _NOT_COUNTED_RESOURCES = frozenset({"leases"})
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user and system) of a process and of its children that it waited for (kustomize, renders)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+def process_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (user and system) of a process itself, and of the children it waited for (the operator's
+    render processes, with the kustomize runs they waited for)."""
+    fields = [int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
 
 
 def audit_offset(control_plane: ControlPlane) -> int:

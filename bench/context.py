@@ -79,8 +79,10 @@ def reconciling_reason(obj: JSON) -> str | None:
 
 #: The steps a first apply announces in its status, in order (``Reconciling`` reasons).
 STEPS = ("FetchingSources", "Rendering", "Applying")
-#: The processes whose CPU time the benchmarks account for: the control plane's and the operator's.
-PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "operator")
+#: The processes whose CPU time the benchmarks account for: the control plane's, the operator's, and the operator's
+#: renders (its render processes and their kustomize runs).
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+PROCESSES = (*CONTROL_PLANE, "operator", "render")
 
 
 #: A teardown wave as ``ResourceManager.teardown`` logs it.
@@ -177,11 +179,10 @@ class Bench:
     # -- CPU -----------------------------------------------------------------------------
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds so far of each of :data:`PROCESSES` (the operator's with its renders and kustomize; 0 when
-        it is not running)."""
-        seconds = {name: process_cpu_s(self.control_plane.pid(name)) for name in PROCESSES if name != "operator"}
+        """CPU seconds so far of each of :data:`PROCESSES` (0 for the operator's when it is not running)."""
+        seconds = {name: sum(process_cpu_s(self.control_plane.pid(name))) for name in CONTROL_PLANE}
         running = self.operator.popen is not None and self.operator.popen.poll() is None
-        seconds["operator"] = process_cpu_s(self.operator.popen.pid) if running else 0.0
+        seconds["operator"], seconds["render"] = process_cpu_s(self.operator.popen.pid) if running else (0.0, 0.0)
         return seconds
 
     # -- the operator process ----------------------------------------------------------

@@ -44,6 +44,14 @@ def _per_object_growth(results: JSON) -> float:
     return (last["applied_s"] / last["objects"]) / (first["applied_s"] / first["objects"])
 
 
+def _growth_over_floor(results: JSON) -> float:
+    """The operator's time over the floor's at the largest size measured with a floor, over the same at the
+    smallest (1: the operator grows exactly as kube-apiserver's own work does)."""
+    points = sorted((p for p in results["scale.sweep"] if "floor_s" in p), key=lambda p: p["objects"])
+    first, last = points[0], points[-1]
+    return (last["applied_s"] / last["floor_s"]) / (first["applied_s"] / first["floor_s"])
+
+
 def rss_points(results: JSON) -> list[JSON]:
     """Sweep points that measured the operator's memory, smallest first, each with its growth above the empty
     operator (the first point's memory before its KfDef) per 1,000 objects."""
@@ -95,6 +103,8 @@ TARGETS = (
     Target("idle.requests_per_min == 0 beyond open watches", _value("idle.requests_per_min"), lambda r: 0.0),
     Target("scale: time per object at the largest size <= at the smallest (no worse than linear)",
            _per_object_growth, lambda r: 1.0, unit="x"),
+    Target("scale: operator / floor at the largest size <= at the smallest (the operator's own growth no worse "
+           "than linear; issue 18)", _growth_over_floor, lambda r: 1.0, unit="x"),
     Target("ha.failover_s <= lease duration + 2 s, every trial (issue 16)", lambda r: r["ha.failover_s"]["max"],
            lambda r: r["ha.failover_s"]["lease_duration_s"] + 2.0, unit="s"),
     Target("ha.handover_s < 2 s, every trial (issue 16)", lambda r: r["ha.handover_s"]["max"], lambda r: 2.0,
