@@ -55,6 +55,10 @@ def plot(results: JSON, path: Path, before: JSON | None = None) -> None:
     points = sorted(results["scale.sweep"], key=lambda p: p["objects"])
     xs, ys = [p["objects"] for p in points], [p["applied_s"] for p in points]
     scale_axis.plot(xs, ys, marker="o", label="one KfDef: all applied")
+    floors = [p for p in points if "floor_s" in p]
+    if floors:
+        scale_axis.plot([p["objects"] for p in floors], [p["floor_s"] for p in floors], marker="^", color="#8172B3",
+                        label="floor: the same size applied at once")
     slope = ys[0] / xs[0]
     scale_axis.plot([0, xs[-1]], [0, slope * xs[-1]], linestyle=":", color="grey",
                     label="linear from the smallest size")
