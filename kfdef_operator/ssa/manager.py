@@ -662,7 +662,8 @@ class ResourceManager:
         started = time.monotonic()
         deadline, read_whole_at = started + timeout, started + _CLEANUP_PATIENCE_S
         delay = 0.02
-        failed_since: float | None = None  # since when the CRD's cleanup has been seen failed
+        failed_since: float | None = None  # since when the CRD's cleanup has been seen failed, and why
+        failure = ""
         retried_at = 0.0
         while True:
             now = time.monotonic()
@@ -681,10 +682,11 @@ class ResourceManager:
                     health, read_whole_at = assess(live), now + _CLEANUP_PATIENCE_S
             if health is not None:
                 failed_since = (failed_since or now) if health.reason == CRD_CLEANUP_FAILED else None
+                failure = health.message
             if failed_since is not None and now - failed_since >= _CLEANUP_PATIENCE_S \
                     and now - retried_at >= _CLEANUP_RETRY_EVERY_S:
                 retried_at = now
-                await self._retry_crd_cleanup(ownership, ref, path, health.message if health else "")
+                await self._retry_crd_cleanup(ownership, ref, path, failure)
             if now > deadline:
                 return await self._still_there(ref, path, timeout)
             if watched is not None:  # bounded: a wake-up lost to a watch restart costs a second, not the timeout
