@@ -65,21 +65,25 @@ def test_sigkill_during_apply_converges_without_duplicates(operator, kube, kfdef
     rng = random.Random(SEED)
     phases: collections.Counter[str] = collections.Counter()
     convergence, stacks = [], []
-    iteration = 0
+    iteration, window = 0, 1.2
     while phases["mid-apply"] < MIN_KILLS and iteration < MAX_ITERATIONS:
         iteration += 1
         stack, name = new_stack(), f"apply-{iteration}"
         ids = expected_ids(stack_objects(stack))
         kube.apply(stack.kfdef(name, kfdef_namespace))
-        time.sleep(rng.uniform(0.0, 1.2))  # the kill point, not a synchronisation
+        time.sleep(rng.uniform(0.0, window))  # the kill point, not a synchronisation
         operator.kill()
         obj = kfdef(kube, name, kfdef_namespace)
         status = obj.get("status") or {}
         started = (status.get("observedGeneration") == obj["metadata"]["generation"]
                    or kube.exists("v1", "Namespace", stack.namespace))
         # The summary is written with the apply's final verdict.
-        phases["ready" if is_converged(obj, ids) else "applied, not ready" if "summary" in status
-               else "mid-apply" if started else "before start"] += 1
+        phase = ("ready" if is_converged(obj, ids) else "applied, not ready" if "summary" in status
+                 else "mid-apply" if started else "before start")
+        phases[phase] += 1
+        # Aim the next kill earlier when this one came after the apply (the faster the apply, the more often),
+        # later when it came before it started.
+        window *= {"ready": 0.8, "applied, not ready": 0.8, "before start": 1.25}.get(phase, 1.0)
         start = _restart(operator)
         wait_converged(kube, name, kfdef_namespace, ids)
         convergence.append(time.monotonic() - start)
