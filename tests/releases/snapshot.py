@@ -9,12 +9,13 @@ are skipped and named.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from tests.kube import Kube
+from tests.kube import Kube, wait_for
 
 JSON = dict[str, Any]
 Identity = tuple[str, str, str, str]  # group, kind, namespace, name
@@ -64,13 +65,45 @@ class Snapshot:
                     snapshot.objects[identity] = _steady(item)
         return snapshot
 
+    @classmethod
+    def settled(cls, kube: Kube, *, quiet: float = 2.0, timeout: float = 60.0) -> Snapshot:
+        """A snapshot of the cluster at rest: two snapshots at least ``quiet`` seconds apart that are the same.
+
+        A control plane that has just started still fills in objects of its own for a while (the rules of the
+        aggregated ClusterRoles, the Node's annotations and taints); a snapshot taken halfway through would later
+        blame the teardown for the rest.
+        """
+        previous, taken = cls.take(kube), time.monotonic()
+
+        def at_rest() -> Snapshot | None:
+            nonlocal previous, taken
+            current, now = cls.take(kube), time.monotonic()
+            if current != previous:
+                previous, taken = current, now
+                return None
+            return current if now - taken >= quiet else None
+        return wait_for(at_rest, timeout=timeout, what=f"the cluster to stay unchanged for {quiet:.0f} s")
+
     def compare(self, later: Snapshot) -> dict[str, list[str]]:
-        """What ``later`` holds that this snapshot did not, what it lost, and what changed (empty lists: same)."""
+        """What ``later`` holds that this snapshot did not, what it lost, and what changed (empty lists: same).
+
+        A changed object is named with the fields that differ (``metadata`` by its keys), for the person reading a
+        failure.
+        """
         def shown(identity: Identity) -> str:
             group, kind, namespace, name = identity
             return f"{kind}{'.' + group if group else ''} {namespace + '/' if namespace else ''}{name}"
 
+        def fields(old: JSON, new: JSON) -> list[str]:
+            return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+
+        def changes(identity: Identity) -> str:
+            old, new = self.objects[identity], later.objects[identity]
+            differing = [f for f in fields(old, new) if f != "metadata"]
+            differing += [f"metadata.{f}" for f in fields(old["metadata"], new["metadata"])]
+            return f"{shown(identity)} ({', '.join(differing)})"
+
         before, after = set(self.objects), set(later.objects)
         return {"left over": sorted(shown(i) for i in after - before),
                 "gone": sorted(shown(i) for i in before - after),
-                "changed": sorted(shown(i) for i in before & after if self.objects[i] != later.objects[i])}
+                "changed": sorted(changes(i) for i in before & after if self.objects[i] != later.objects[i])}

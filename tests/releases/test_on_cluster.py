@@ -140,7 +140,7 @@ def run(request, release_trees, tmp_path_factory) -> Iterator[Run]:
         kube.create_namespace(NAMESPACE)
         wait_for(lambda: kube.exists("v1", "ConfigMap", "kube-root-ca.crt", NAMESPACE)
                  and kube.exists("v1", "ServiceAccount", "default", NAMESPACE), what="the namespace's defaults")
-        before = Snapshot.take(kube)
+        before = Snapshot.settled(kube)
         volumes = simulated_storage(kube)
         # Local sources: the release archives, and the tree with the wrappers in the test's temporary directory.
         operator = OperatorProcess(plane.kubeconfig, tmp_path_factory.mktemp(f"operator-{name}"),
@@ -304,6 +304,8 @@ def test_teardown_leaves_nothing_and_touches_nothing_that_was_there(run: Run):
         return not any(differences.values())
     try:
         wait_for(same, timeout=120, what="the cluster as it was before the deploy")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; still different: {differences}") from None
     finally:
         run.figures["teardown leftovers"] = len(differences.get("left over", []))
     assert differences == {"left over": [], "gone": [], "changed": [], "unreadable": []}
