@@ -7,9 +7,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # Control-plane binaries (etcd, kube-apiserver, KCM, scheduler, kubectl, kwok, kustomize), outside the repo.
 K8SBIN := $(shell tools/build-control-plane.sh --dir)
+# The render helper (tools/kfdef-render: kustomize's API on a confined filesystem), outside the repo.
+RENDER_HELPER := $(shell tools/build-render-helper.sh --path)
 # The operator framework's bundle validators (tools/olm-validate), outside the repo.
 OLM_VALIDATE := $(shell tools/build-olm-validate.sh --path)
-RUN    := env KFDEF_K8SBIN=$(K8SBIN) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
+RUN    := env KFDEF_K8SBIN=$(K8SBIN) KFDEF_RENDER_HELPER=$(RENDER_HELPER) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 
 .PHONY: all venv control-plane lint test reliability-report unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
@@ -26,6 +28,7 @@ venv: $(VENV)/.installed
 
 control-plane:
 	@tools/build-control-plane.sh >/dev/null
+	@tools/build-render-helper.sh >/dev/null
 
 # The main job: the demo stack deployed, healed and torn down on the embedded control plane.
 demo: venv control-plane

@@ -265,7 +265,7 @@ def service_account_name_problem(name: str) -> str | None:
     if ":" in name or "/" in name:
         return (f"{name!r} names another namespace; only a ServiceAccount of the KfDef's own namespace can be named "
                 "(just its name)")
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
         return (f"{name!r} is not a ServiceAccount name (lower-case letters, digits, '-' and '.', at most 253 "
                 "characters)")
     return None
@@ -302,7 +302,7 @@ def _parse_interval(c: _Collector, raw: Any) -> float | None:
 
 
 def _is_dns_label(value: str) -> bool:
-    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+    return len(value) <= 63 and bool(_DNS1123_LABEL.fullmatch(value))
 
 
 def _parse_repos(c: _Collector, raw: Any) -> tuple[Repo, ...]:

@@ -61,7 +61,8 @@ def render_key(body: JSON, sources: Mapping[str, ResolvedSource], settings: str)
 
 
 def applications_to_json(rendered: list[RenderedApplication]) -> list[JSON]:
-    return [{"name": a.name, "mode": a.mode, "objects": a.objects, "seconds": a.seconds, "warnings": list(a.warnings)}
+    return [{"name": a.name, "mode": a.mode, "objects": a.objects, "seconds": a.seconds, "warnings": list(a.warnings),
+             "confinement": a.confinement}
             for a in rendered]
 
 
@@ -86,7 +87,10 @@ def applications_from_json(data: Any) -> list[RenderedApplication]:
             raise ValueError(f"application {name!r}: warnings must be a list of strings")
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
             raise ValueError(f"application {name!r}: seconds must be a number")
-        result.append(RenderedApplication(name, mode, objects, float(seconds), tuple(warnings)))
+        confinement = app.get("confinement", "")
+        if not isinstance(confinement, str):
+            raise ValueError(f"application {name!r}: confinement must be a string")
+        result.append(RenderedApplication(name, mode, objects, float(seconds), tuple(warnings), confinement))
     return result
 
 

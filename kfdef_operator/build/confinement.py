@@ -184,6 +184,9 @@ class _Walker:
         if not isinstance(kustomization, dict):
             return  # not a kustomization: kustomize reports it
         self.result.kustomizations += 1
+        binary = safe_yaml.binary_field(kustomization)
+        if binary is not None:
+            self._add(name, binary, "", "is a !!binary value, which kustomize would read as text; refused")
         for field_name in _HELM_FIELDS:
             if kustomization.get(field_name):
                 self._add(name, field_name, "", "asks for helm, which the operator never runs")

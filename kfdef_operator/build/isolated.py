@@ -34,7 +34,13 @@ from typing import Any
 
 from kfdef_operator.api.kfdef import KfDef
 from kfdef_operator.build.cache import applications_from_json, applications_to_json
-from kfdef_operator.build.kustomize import MINIMAL_PATH, KustomizeBinary, KustomizeError, find_kustomize, signal_name
+from kfdef_operator.build.kustomize import (
+    MINIMAL_PATH,
+    KustomizeError,
+    RenderHelper,
+    find_render_helper,
+    signal_name,
+)
 from kfdef_operator.build.render import RenderedApplication, RenderError, render
 from kfdef_operator.source.resolve import ResolvedSource
 
@@ -129,16 +135,16 @@ class IsolatedRender:
     def settings(self) -> str:
         """What the result depends on besides the KfDef and its sources (part of the render cache key)."""
         try:
-            binary = find_kustomize().identity
+            helper = find_render_helper().identity
         except KustomizeError as error:
-            binary = f"unavailable: {error}"  # the render itself reports it
-        return f"kustomize={binary};remote-bases={'allowed' if self.allow_remote_bases else 'refused'}"
+            helper = f"unavailable: {error}"  # the render itself reports it
+        return f"render-helper={helper};remote-bases={'allowed' if self.allow_remote_bases else 'refused'}"
 
     def __call__(self, kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *,
                  progress: Callable[[RenderedApplication], None] | None = None) -> list[RenderedApplication]:
         """Render ``kfdef`` in a child process; raises ``RenderError`` (or ``KustomizeError`` when there is no
         kustomize). ``progress`` gets each application as it finishes, without its objects."""
-        return _Child(self, kfdef, dict(sources), Path(workdir).resolve(), find_kustomize()).run(progress)
+        return _Child(self, kfdef, dict(sources), Path(workdir).resolve(), find_render_helper()).run(progress)
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ class _Request:
     kfdef: KfDef
     sources: dict[str, ResolvedSource]
     workdir: Path
-    binary: KustomizeBinary
+    helper: RenderHelper
     settings: IsolatedRender
 
 
@@ -156,9 +162,9 @@ class _Child:
     """One render process, from start to answer."""
 
     def __init__(self, settings: IsolatedRender, kfdef: KfDef, sources: dict[str, ResolvedSource], workdir: Path,
-                 binary: KustomizeBinary) -> None:
+                 helper: RenderHelper) -> None:
         self.settings, self.kfdef, self.workdir = settings, kfdef, workdir
-        self.request = _Request(kfdef, sources, workdir, binary, settings)
+        self.request = _Request(kfdef, sources, workdir, helper, settings)
         self.limits = settings.limits
         self.subject = f"render of KfDef {kfdef.namespace}/{kfdef.name}"
 
@@ -232,6 +238,9 @@ class _Child:
             rendered = applications_from_json(answer.get("applications"))
             if [a.name for a in rendered] != [a.name for a in self.kfdef.applications]:
                 raise ValueError("the answer does not hold the KfDef's applications in order")
+            confinement = "; ".join(sorted({a.confinement for a in rendered if a.confinement}))
+            log.info("%s: %d application(s) rendered; render helper: %s", self.subject, len(rendered),
+                     confinement or "confinement not reported")
             return rendered
         except (OSError, ValueError, RecursionError) as error:
             raise RenderError("", f"unusable answer from the render process: {error}",
@@ -367,7 +376,7 @@ def main() -> int:
     answer: dict[str, Any]
     try:
         rendered = render(request.kfdef, request.sources, request.workdir, max_workers=settings.max_workers,
-                          progress=_progress, timeout=settings.kustomize_timeout, binary=request.binary,
+                          progress=_progress, timeout=settings.kustomize_timeout, helper=request.helper,
                           allow_remote_bases=settings.allow_remote_bases)
         answer = {"applications": applications_to_json(rendered)}
     except RenderError as error:

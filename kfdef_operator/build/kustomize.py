@@ -1,24 +1,28 @@
-"""Run ``kustomize build`` as a subprocess, with a scrubbed environment, and parse the YAML stream it prints.
+"""Run kustomize's build through the render helper ``kfdef-render``, with a scrubbed environment, and read the JSON
+it prints.
 
-The binary (:func:`find_kustomize`) is, in this order:
+The helper (``tools/kfdef-render``) is kustomize's own Go API (krusty, builtin plugins only, helm off) on a
+filesystem confined to the trees the build may read: whatever a kustomization says, and however kustomize decodes it
+(keys in another case, repeated keys, YAML tags), a file outside those trees is refused where kustomize reads it.
+Unless remote bases are allowed, every network dial inside the helper fails and it has no ``PATH`` (so no ``git``);
+where the kernel offers Landlock it also loses the right to read anything else or open a TCP connection. What it
+achieved is :attr:`BuildOutput.confinement`.
 
-1. ``$KFDEF_KUSTOMIZE``, a path set explicitly (the operator image sets it to the kustomize it ships);
-2. the pinned kustomize (:data:`PINNED_VERSION`) that ``tools/build-control-plane.sh`` builds into the
-   control-plane bin directory: ``$KFDEF_K8SBIN/kustomize``, else the newest
-   ``$XDG_CACHE_HOME/kfdef-operator/k8sbin-*-kustomize<version>-*/kustomize``.
+The binary (:func:`find_render_helper`) is, in this order:
 
-Anything else fails with a clear error: a ``kustomize`` or ``kubectl kustomize`` that happens to be on ``PATH`` is
-never picked silently, since another version renders differently. Its version (``kustomize version``) is part of
-:class:`KustomizeBinary` and shown at operator start and in ``kfdef-operator build``'s summary.
+1. ``$KFDEF_RENDER_HELPER``, a path set explicitly (the operator image sets it to the helper it ships);
+2. the newest ``$XDG_CACHE_HOME/kfdef-operator/kfdef-render-kustomize<version>-*/kfdef-render`` that
+   ``tools/build-render-helper.sh`` builds (``make control-plane``).
 
-kustomize runs with :func:`scrubbed_environment`: no credentials, kubeconfig, proxies or cloud variables of the
-operator, its own ``HOME`` and ``TMPDIR``, a minimal ``PATH``; plugins, exec functions and helm stay disabled
-(their flags are never passed).
+Anything else fails with a clear error: a ``kustomize`` or ``kubectl kustomize`` on ``PATH`` is never used. The
+kustomize release whose API the helper is built on (``kfdef-render version``) is part of :class:`RenderHelper` and
+shown at operator start and in ``kfdef-operator build``'s summary.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import resource
 import signal
@@ -29,31 +33,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kfdef_operator.build.confinement import LOAD_RESTRICTIONS_ROOT_ONLY
-from kfdef_operator.build.safe_yaml import MAX_DEPTH, SafeLoader, nesting_depth
+from kfdef_operator.build.safe_yaml import MAX_DEPTH, nesting_depth
 
 PINNED_VERSION = "v5.8.2"
-"""The kustomize the project builds, tests and ships (tools/build-control-plane.sh, Dockerfile)."""
+"""The kustomize release whose API the helper is built on (tools/build-render-helper.sh, Dockerfile); the CLI of the
+same release is what the tests and benchmarks compare against."""
+
+HELPER_NAME = "kfdef-render"
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
-"""``PATH`` of kustomize: enough for ``git`` (remote bases, when allowed), nothing of the operator's own."""
+"""``PATH`` of the render process; the helper clears its own unless remote bases are allowed (then ``git`` is
+found here)."""
 
 _STDERR_TAIL_LINES = 20
 
 
 class KustomizeError(RuntimeError):
-    """kustomize is missing, or ``kustomize build`` failed, timed out or printed something that is not a list of
-    objects. ``limit`` names the resource limit it ran into ('memory', 'cpu', 'file size'), if any."""
+    """The render helper is missing, or a build failed, timed out or printed something that is not a list of
+    objects. ``limit`` names the resource limit it ran into ('memory', 'cpu', 'file size'), if any. ``shown_path``
+    is the build directory as people know it (never a temporary path)."""
 
     def __init__(self, message: str, *, path: Path | None, application: str | None = None, stderr_tail: str = "",
-                 limit: str | None = None):
+                 limit: str | None = None, shown_path: str | None = None):
         self.path = path
         self.application = application
         self.stderr_tail = stderr_tail
         self.limit = limit
-        where = f"application {application!r} ({path})" if application else str(path)
+        shown = shown_path or str(path)
+        where = f"application {application!r} ({shown})" if application else shown
         text = f"kustomize build of {where} failed: {message}" if path else message
         if stderr_tail:
             text += f"\n{stderr_tail}"
@@ -61,8 +69,8 @@ class KustomizeError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class KustomizeBinary:
-    """The kustomize that renders: where it is, its version, and how it was found."""
+class RenderHelper:
+    """The render helper: where it is, the kustomize release it is built on, and how it was found."""
 
     path: Path
     version: str
@@ -70,7 +78,7 @@ class KustomizeBinary:
 
     def describe(self) -> str:
         pinned = "" if self.version == PINNED_VERSION else f"; the tested version is {PINNED_VERSION}"
-        return f"kustomize {self.version} ({self.path}, {self.origin}{pinned})"
+        return f"kustomize {self.version} through {HELPER_NAME} ({self.path}, {self.origin}{pinned})"
 
     @property
     def identity(self) -> str:
@@ -82,45 +90,42 @@ class KustomizeBinary:
         return f"{self.path}:{self.version}:{modified}"
 
 
-def find_kustomize(environ: Mapping[str, str] | None = None) -> KustomizeBinary:
-    """The kustomize to use (see the module docstring); raises :class:`KustomizeError` when there is none."""
+def find_render_helper(environ: Mapping[str, str] | None = None) -> RenderHelper:
+    """The render helper to use (see the module docstring); raises :class:`KustomizeError` when there is none."""
     env = os.environ if environ is None else environ
-    explicit = env.get("KFDEF_KUSTOMIZE")
+    explicit = env.get("KFDEF_RENDER_HELPER")
     if explicit:
-        return _checked(Path(explicit), "set by KFDEF_KUSTOMIZE")
-    bin_dir = env.get("KFDEF_K8SBIN")
-    if bin_dir and (Path(bin_dir) / "kustomize").is_file():
-        return _checked(Path(bin_dir) / "kustomize", "pinned, from KFDEF_K8SBIN")
+        return _checked(Path(explicit), "set by KFDEF_RENDER_HELPER")
     cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfdef-operator"
-    pinned = sorted(cache.glob(f"k8sbin-*-kustomize{PINNED_VERSION.lstrip('v')}-*/kustomize"),
-                    key=lambda p: p.stat().st_mtime, reverse=True)
-    if pinned:
-        return _checked(pinned[0], "pinned, from the control-plane build cache")
-    raise KustomizeError(f"no kustomize found: set KFDEF_KUSTOMIZE to a kustomize {PINNED_VERSION} binary (the "
-                         "operator image does), or build the pinned one with `make control-plane`; kustomize or "
-                         "kubectl on PATH are not used", path=None)
+    built = sorted(cache.glob(f"{HELPER_NAME}-kustomize{PINNED_VERSION.lstrip('v')}-*/{HELPER_NAME}"),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
+    if built:
+        return _checked(built[0], "built by tools/build-render-helper.sh")
+    raise KustomizeError(f"no render helper found: set KFDEF_RENDER_HELPER to a {HELPER_NAME} binary (the operator "
+                         "image does), or build it with `make control-plane` (tools/build-render-helper.sh); "
+                         "kustomize or kubectl on PATH are not used", path=None)
 
 
-def _checked(path: Path, origin: str) -> KustomizeBinary:
+def _checked(path: Path, origin: str) -> RenderHelper:
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise KustomizeError(f"{path} ({origin}) is not an executable file", path=None)
-    return KustomizeBinary(path, _version(path, os.stat(path).st_mtime_ns), origin)
+    return RenderHelper(path, _version(path, os.stat(path).st_mtime_ns), origin)
 
 
 @functools.lru_cache(maxsize=8)
 def _version(path: Path, _modified: int) -> str:
-    """``kustomize version`` (cached per binary and modification time)."""
+    """The kustomize release of ``HELPER version`` (cached per binary and modification time)."""
     try:
-        with tempfile.TemporaryDirectory(prefix="kfdef-kustomize-") as home:
+        with tempfile.TemporaryDirectory(prefix="kfdef-render-") as home:
             done = subprocess.run([str(path), "version"], capture_output=True, timeout=30, check=False,
                                   env=scrubbed_environment(Path(home)), stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise KustomizeError(f"`{path} version` failed: {error}", path=None) from None
-    lines = done.stdout.decode(errors="replace").split()
-    if done.returncode != 0 or not lines:
-        raise KustomizeError(f"`{path} version` exited with {done.returncode}; is it kustomize?", path=None,
+    words = done.stdout.decode(errors="replace").split()
+    if done.returncode != 0 or not words:
+        raise KustomizeError(f"`{path} version` exited with {done.returncode}; is it {HELPER_NAME}?", path=None,
                              stderr_tail=_tail(done.stderr))
-    return lines[0]
+    return words[0]
 
 
 GO_GC_PERCENT = "400"
@@ -151,28 +156,44 @@ def scrubbed_environment(home: Path) -> dict[str, str]:
             "GIT_CONFIG_NOSYSTEM": "1", "GOGC": GO_GC_PERCENT, "GOMEMLIMIT": str(go_memory_limit())}
 
 
-def build(path: Path, *, binary: KustomizeBinary | None = None, home: Path | None = None,
-          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, timeout: float = 120,
-          application: str | None = None) -> list[dict[str, Any]]:
-    """Build the kustomization in ``path`` and return its objects in kustomize's output order.
+@dataclass(frozen=True)
+class BuildOutput:
+    """What one build gave: the objects in kustomize's output order, and how the helper was confined."""
 
-    ``binary`` defaults to :func:`find_kustomize`. ``load_restrictor`` is kustomize's ``--load-restrictor``; pass
-    ``LoadRestrictionsNone`` only for a tree :func:`confinement.walk` has proven to stay inside. ``home`` is
-    kustomize's own ``HOME``/``TMPDIR`` (created when missing; default: a temporary directory). ``application``
-    only labels error messages.
+    objects: list[dict[str, Any]]
+    confinement: str
+
+
+def build(path: Path, *, roots: Mapping[Path, str], helper: RenderHelper | None = None, home: Path | None = None,
+          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, allow_remote: bool = False, timeout: float = 120,
+          application: str | None = None) -> BuildOutput:
+    """Build the kustomization in ``path`` with the render helper, reading nothing outside ``roots``.
+
+    ``roots`` maps each directory the build may read to the name people know it by (``manifests:``); errors show
+    paths by those names. ``helper`` defaults to :func:`find_render_helper`. ``load_restrictor`` is kustomize's
+    (``LoadRestrictionsNone`` lets a kustomization read files outside its own folder, still inside ``roots``).
+    ``allow_remote`` lets kustomize fetch remote bases and URLs (cloned under ``home``). ``home`` is the helper's
+    own ``HOME``/``TMPDIR`` (created when missing; default: a temporary directory). ``application`` only labels
+    error messages.
     """
     if home is None:
-        with tempfile.TemporaryDirectory(prefix="kfdef-kustomize-") as temporary:
-            return build(path, binary=binary, home=Path(temporary), load_restrictor=load_restrictor, timeout=timeout,
-                         application=application)
+        with tempfile.TemporaryDirectory(prefix="kfdef-render-") as temporary:
+            return build(path, roots=roots, helper=helper, home=Path(temporary), load_restrictor=load_restrictor,
+                         allow_remote=allow_remote, timeout=timeout, application=application)
     home.mkdir(parents=True, exist_ok=True)
-    argv = [str((binary or find_kustomize()).path), "build", f"--load-restrictor={load_restrictor}", str(path)]
+    argv = [str((helper or find_render_helper()).path), "build", f"--load-restrictor={load_restrictor}"]
+    for root in roots:
+        argv.append(f"--root={root}")
+    if allow_remote:
+        argv.append("--allow-remote")
+    argv.append(str(path))
+    shown = functools.partial(show_paths, roots={**roots, home: "(build home)/"})
+    failed = functools.partial(KustomizeError, path=path, application=application, shown_path=shown(str(path)))
     try:
         done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, env=scrubbed_environment(home),
                               cwd=home, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
-        raise KustomizeError(f"timed out after {timeout:g}s", path=path, application=application,
-                             stderr_tail=_tail(exc.stderr or b"")) from None
+        raise failed(f"timed out after {timeout:g}s", stderr_tail=shown(_tail(exc.stderr or b""))) from None
     if done.returncode != 0:
         limit = _limit_hit(done.returncode, done.stderr)
         if done.returncode == -signal.SIGKILL:
@@ -181,8 +202,17 @@ def build(path: Path, *, binary: KustomizeBinary | None = None, home: Path | Non
             reason = f"killed by {signal_name(-done.returncode)}"
         else:
             reason = f"exit code {done.returncode}" + (" (out of memory)" if limit == "memory" else "")
-        raise KustomizeError(reason, path=path, application=application, stderr_tail=_tail(done.stderr), limit=limit)
-    return parse_objects(done.stdout, path=path, application=application)
+        raise failed(reason, stderr_tail=shown(_tail(done.stderr)), limit=limit)
+    return parse_output(done.stdout, path=path, application=application)
+
+
+def show_paths(text: str, roots: Mapping[Path, str]) -> str:
+    """``text`` with every absolute path below one of ``roots`` written by that root's name (the deepest root
+    first), so that no temporary directory of the operator reaches a message."""
+    for root, label in sorted(roots.items(), key=lambda item: -len(str(item[0]))):
+        for form in {str(root), os.path.realpath(root)}:
+            text = text.replace(form.rstrip("/") + "/", label).replace(form, label.rstrip("/") or label)
+    return text
 
 
 def signal_name(number: int) -> str:
@@ -205,30 +235,31 @@ def _limit_hit(returncode: int, stderr: bytes) -> str | None:
     return None
 
 
-def parse_objects(stream: bytes | str, *, path: Path, application: str | None = None) -> list[dict[str, Any]]:
-    """Parse a YAML stream of objects, skipping empty documents; objects nested deeper than
+def parse_output(stream: bytes | str, *, path: Path, application: str | None = None) -> BuildOutput:
+    """Read the helper's answer, ``{"confinement": str, "objects": [object, ...]}``; objects nested deeper than
     :data:`safe_yaml.MAX_DEPTH` are refused."""
+    failed = functools.partial(KustomizeError, path=path, application=application)
     try:
-        documents = list(yaml.load_all(stream, Loader=SafeLoader))
-    except yaml.YAMLError as exc:
-        raise KustomizeError(f"output is not valid YAML: {exc}", path=path, application=application) from None
-    objects = []
-    for index, doc in enumerate(documents):
-        if doc is None:
-            continue
+        answer = json.loads(stream)
+    except (ValueError, RecursionError) as exc:
+        raise failed(f"output is not valid JSON: {exc}") from None
+    if not (isinstance(answer, dict) and isinstance(answer.get("objects"), list)):
+        raise failed("output is not a JSON object with a list of objects")
+    objects = answer["objects"]
+    for index, doc in enumerate(objects):
         if not isinstance(doc, dict):
-            raise KustomizeError(f"document {index} of the output is a {type(doc).__name__}, not an object",
-                                 path=path, application=application)
+            raise failed(f"object {index} of the output is a {type(doc).__name__}, not an object")
         if nesting_depth(doc) > MAX_DEPTH:
-            raise KustomizeError(f"document {index} of the output nests deeper than {MAX_DEPTH} levels",
-                                 path=path, application=application)
-        objects.append(doc)
-    return objects
+            raise failed(f"object {index} of the output nests deeper than {MAX_DEPTH} levels")
+    return BuildOutput(objects, str(answer.get("confinement", "")))
 
 
 def _tail(stderr: bytes) -> str:
-    """The end of kustomize's stderr, or for a Go crash its "fatal error"/"panic" line rather than the goroutine
-    dump that follows."""
+    """What a failed build said: its ``Error:`` lines without kustomize's deprecation warnings, the end of the
+    output otherwise, or for a Go crash its "fatal error"/"panic" line rather than the goroutine dump that follows."""
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     crash = next((i for i, line in enumerate(lines) if line.startswith(("fatal error:", "panic:"))), None)
-    return lines[crash] if crash is not None else "\n".join(lines[-_STDERR_TAIL_LINES:])
+    if crash is not None:
+        return lines[crash]
+    errors = [line for line in lines if not line.startswith("# Warning:")]
+    return "\n".join((errors or lines)[-_STDERR_TAIL_LINES:])

@@ -100,6 +100,7 @@ class RenderedApplication:
     objects: list[dict[str, Any]]
     seconds: float = 0.0
     warnings: tuple[str, ...] = ()
+    confinement: str = ""   # how the render helper was confined (kustomize.BuildOutput.confinement)
 
 
 class RenderError(RuntimeError):
@@ -385,21 +386,22 @@ def _keep_specs(specs: Iterable[Any], dropped: list[str]) -> list[Any]:
 
 def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *, max_workers: int = 4,
            progress: Callable[[RenderedApplication], None] | None = None, timeout: float = 120,
-           binary: kustomize.KustomizeBinary | None = None,
+           helper: kustomize.RenderHelper | None = None,
            allow_remote_bases: bool = False) -> list[RenderedApplication]:
     """Render every application of ``kfdef`` (in parallel) and return them in spec order.
 
     ``sources`` maps repo names to resolved local trees; ``workdir`` is this KfDef's private work directory
     (its ``kustomize/`` and kustomize's ``home/`` are recreated). ``progress`` is called as each application
-    finishes. ``binary`` is the kustomize to run (default: ``kustomize.find_kustomize()``); ``allow_remote_bases``
-    lets kustomizations name remote bases and URLs (refused by default).
+    finishes. ``helper`` is the render helper to run (default: ``kustomize.find_render_helper()``);
+    ``allow_remote_bases`` lets kustomizations name remote bases and URLs (refused by default). The helper reads
+    nothing outside the application's tree and generated directory, whatever the kustomizations say.
     Raises ``RenderError`` naming the first failing application in spec order (and how many others failed).
     """
     workdir = Path(workdir).resolve()
     for sub in ("kustomize", "home"):
         shutil.rmtree(workdir / sub, ignore_errors=True)
     (workdir / "kustomize").mkdir(parents=True)
-    binary = binary or kustomize.find_kustomize()
+    helper = helper or kustomize.find_render_helper()
 
     if kfdef.uses_stacks:
         sources = {name: _stacks_copy(source, workdir, _entry_paths(kfdef, name)) for name, source in sources.items()}
@@ -407,10 +409,13 @@ def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *
     def one(app: Application) -> RenderedApplication:
         started = time.monotonic()
         mode, build_dir, tree, warnings = _prepare(kfdef, app, sources, workdir)
-        restrictor = _confine(app, mode, build_dir, tree, allow_remote_bases)
-        objects = kustomize.build(build_dir, binary=binary, home=workdir / "home", load_restrictor=restrictor,
-                                  timeout=timeout, application=app.name)
-        result = RenderedApplication(app.name, mode, objects, time.monotonic() - started, tuple(warnings))
+        roots = _roots(app, mode, build_dir, tree)
+        restrictor = _confine(app, mode, build_dir, roots, allow_remote_bases)
+        output = kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
+                                 load_restrictor=restrictor, allow_remote=allow_remote_bases, timeout=timeout,
+                                 application=app.name)
+        result = RenderedApplication(app.name, mode, output.objects, time.monotonic() - started, tuple(warnings),
+                                     output.confinement)
         if progress:
             progress(result)
         return result
@@ -441,14 +446,22 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _confine(app: Application, mode: Mode, build_dir: Path, tree: Path, allow_remote_bases: bool) -> str:
-    """The load restrictor for building ``build_dir``, once ``confinement.walk`` found every reference inside
-    ``tree`` (or the generated ``build_dir``); raises ``RenderError`` listing what it refused. A plain entry point
-    always gets kustomize's default, ``LoadRestrictionsRootOnly``."""
+def _roots(app: Application, mode: Mode, build_dir: Path, tree: Path) -> dict[Path, str]:
+    """The directories the build of ``build_dir`` may read, by the names people know them by: ``tree`` (the
+    package or repository copy) and, when outside it, the generated ``build_dir``."""
     ref = app.kustomize_config.repo_ref  # type: ignore[union-attr]
     roots = {tree: f"{ref.name}:{ref.path.rstrip('/')}/" if mode == "legacy" else f"{ref.name}:"}
     if not confinement.inside(build_dir.resolve(), tree.resolve()):
         roots[build_dir] = f"(generated for {app.name})/"
+    return roots
+
+
+def _confine(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path, str],
+             allow_remote_bases: bool) -> str:
+    """The load restrictor for building ``build_dir``, once ``confinement.walk`` found every reference inside
+    ``roots``; raises ``RenderError`` listing what it refused. The walk is the friendly early error (it names the
+    field); the boundary is the render helper, which enforces the same roots where kustomize reads. A plain entry
+    point always gets kustomize's default, ``LoadRestrictionsRootOnly``."""
     found = confinement.walk(build_dir, roots, allow_remote=allow_remote_bases)
     if found.violations:
         shown = "; ".join(str(v) for v in found.violations[:5])
@@ -667,6 +680,10 @@ def _read_kustomization(directory: Path, application: str) -> dict[str, Any] | N
                 return {}
             if not isinstance(loaded, dict):
                 raise RenderError(application, f"{path} is not a kustomization (a YAML object)")
+            binary = safe_yaml.binary_field(loaded)
+            if binary is not None:
+                raise RenderError(application, f"{path.name} in {directory.name}/ is refused: {binary} is a "
+                                               "!!binary value, which kustomize would read as text")
             return loaded
     return None
 

@@ -88,3 +88,19 @@ def nesting_depth(value: Any) -> int:
         deepest = max(deepest, depth)
         pending.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def binary_field(value: Any) -> str | None:
+    """Where ``value`` (parsed YAML) holds a ``!!binary`` scalar, as ``bases[0]`` or ``openapi.path``; None when it
+    holds none. Kustomize reads such a value as text, a Python reader as bytes, so the operator's own readers of
+    kustomizations refuse it rather than read it differently."""
+    pending: list[tuple[Any, str]] = [(value, "")]
+    while pending:
+        item, where = pending.pop()
+        if isinstance(item, bytes):
+            return where or "(the document)"
+        if isinstance(item, dict):
+            pending.extend((child, f"{where}.{key}" if where else str(key)) for key, child in item.items())
+        elif isinstance(item, list):
+            pending.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
+    return None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kfdef_operator.build.isolated import IsolatedRender
-from kfdef_operator.build.kustomize import find_kustomize
+from kfdef_operator.build.kustomize import find_render_helper
 from kfdef_operator.build.render import RenderedApplication
 from kfdef_operator.cli.errors import EXIT_OK, BadInput
 from kfdef_operator.cli.kfdef_file import check_kfdef, read_kfdef
@@ -79,8 +79,10 @@ def run_build(args: argparse.Namespace) -> int:
         rendered, upgraded = _upgrade_rendered(rendered, served, args.api_upgrade)
     write(target, rendered)
     _print_summary(sys.stderr, rendered, elapsed, target.describe())
-    sys.stderr.write(f"rendered with {find_kustomize().describe()}; remote bases "
-                     f"{'allowed' if renderer.allow_remote_bases else 'refused'}\n")
+    confinement = "; ".join(sorted({app.confinement for app in rendered if app.confinement}))
+    sys.stderr.write(f"rendered with {find_render_helper().describe()}; remote bases "
+                     f"{'allowed' if renderer.allow_remote_bases else 'refused'}; "
+                     f"{confinement or 'confinement not reported'}\n")
     if upgraded is not None:
         _print_upgrades(sys.stderr, args.target_version, upgraded)
     return EXIT_OK

@@ -54,7 +54,8 @@ def output_target(spec: str, kfdef_file: str) -> Output:
         _check_writable(path, _existing_parent(path))
         return Output(path)
     if path.is_dir():
-        foreign = sorted(entry.name for entry in path.iterdir() if not (OWN_FILE.match(entry.name) and entry.is_file()))
+        foreign = sorted(entry.name for entry in path.iterdir()
+                         if not (OWN_FILE.fullmatch(entry.name) and entry.is_file()))
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise BadInput(f"-o {spec}: refusing to write into a directory holding files build did not write "
@@ -108,5 +109,5 @@ def _write_directory(directory: Path, rendered: list[RenderedApplication]) -> No
             write_stream(out, app.objects)
         written.add(name)
     for stale in directory.iterdir():
-        if stale.name not in written and OWN_FILE.match(stale.name):
+        if stale.name not in written and OWN_FILE.fullmatch(stale.name):
             stale.unlink()

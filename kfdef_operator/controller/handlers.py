@@ -25,7 +25,7 @@ import kopf
 from kfdef_operator import __version__
 from kfdef_operator.api.names import CRD_NAME, GROUP, PLURAL, VERSION
 from kfdef_operator.build.isolated import IsolatedRender
-from kfdef_operator.build.kustomize import KustomizeError, find_kustomize
+from kfdef_operator.build.kustomize import KustomizeError, find_render_helper
 from kfdef_operator.controller.leadership import Leadership
 from kfdef_operator.controller.reconciler import Reconciler
 from kfdef_operator.controller.scope import has_globs
@@ -79,7 +79,7 @@ def _log_renderer(renderer: IsolatedRender) -> None:
     """Which kustomize renders and under which rules, once at start."""
     remote = "allowed (--no-remote-bases=false)" if renderer.allow_remote_bases else "refused"
     try:
-        log.info("rendering with %s; remote bases %s; render limits: %s", find_kustomize().describe(), remote,
+        log.info("rendering with %s; remote bases %s; render limits: %s", find_render_helper().describe(), remote,
                  renderer.limits.describe())
     except KustomizeError as error:
         log.error("%s. Every render fails until this is fixed.", error)

@@ -68,7 +68,7 @@ from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_err
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef, version_of
 from kfdef_operator.ssa.live import LiveObject
-from kfdef_operator.ssa.manager import ApplyOptions, ResourceManager
+from kfdef_operator.ssa.manager import FORGED_STAMP_NOTE, ApplyOptions, ResourceManager
 from kfdef_operator.ssa.webhooks import webhooks_of
 from kfdef_operator.upgrade.convert import UnservedApiVersions
 
@@ -421,6 +421,9 @@ class Reconciler:
         failures = stack.failed_changes()
         if upgraded and (changes.written or announce):
             await self.events.record(stack.owner, "Normal", "ApiVersionsUpgraded", upgraded)
+        for change in changes:
+            if change.action is Action.ADOPTED and change.message.startswith(FORGED_STAMP_NOTE):
+                await self.events.record(stack.owner, "Warning", "AdoptedUnclaimed", f"{change.ref}: {change.message}")
         if changes.written or failures:
             level = "Warning" if failures else "Normal"
             await self.events.record(stack.owner, level, "ApplyFailed" if failures else "Applied",

@@ -40,7 +40,7 @@ def watched_namespaces(flags: list[str] | None, environ: Mapping[str, str]) -> f
         return frozenset(flags)
     raw = environ.get("WATCH_NAMESPACE", "")
     names = [name.strip() for name in raw.split(",") if name.strip()]
-    bad = [name for name in names if not _DNS_LABEL.match(name)]
+    bad = [name for name in names if not _DNS_LABEL.fullmatch(name)]
     if bad:
         raise ScopeError(f"WATCH_NAMESPACE={raw!r}: not namespace names: {', '.join(bad)} (expected a comma-separated "
                          "list of namespaces, empty for all)")
@@ -54,7 +54,7 @@ def has_globs(namespaces: frozenset[str]) -> bool:
 def lease_name(shard: str | None, label_selector: str) -> str:
     """The Lease of this shard's replicas."""
     if shard:
-        if not _DNS_LABEL.match(shard) or len(LEASE_NAME) + 1 + len(shard) > 253:
+        if not _DNS_LABEL.fullmatch(shard) or len(LEASE_NAME) + 1 + len(shard) > 253:
             raise ScopeError(f"--shard {shard!r}: must be a DNS label (lower-case letters, digits, '-')")
         return f"{LEASE_NAME}-{shard}"
     if label_selector:

@@ -87,7 +87,8 @@ class Identities:
         if manager is None:
             manager = ResourceManager(self._kube.impersonating(identity.user), self._discovery, self._live,
                                       concurrency=self._concurrency,
-                                      explain_forbidden=lambda error: explain_forbidden(identity, error))
+                                      explain_forbidden=lambda error: explain_forbidden(identity, error),
+                                      owners=self._kube)
             self._managers[identity] = manager
         return manager
 

@@ -39,11 +39,13 @@ from kfdef_operator.api.names import (
     RECONCILE_ANNOTATION,
     RECONCILE_DISABLED,
     TOUCHED_ANNOTATION,
+    kfdef_path,
 )
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.claims import Claim
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 #: The stamps and markers the watch cache keeps of every object (see runtime.tracker).
 KEPT_LABELS = (INSTANCE_LABEL,)
 KEPT_ANNOTATIONS = (INSTANCE_ANNOTATION, DIGEST_ANNOTATION, ADOPTED_ANNOTATION, RECONCILE_ANNOTATION)
@@ -89,7 +91,7 @@ class Owner:
     def label(self) -> str:
         """The label value used by server-side selectors."""
         value = f"{self.namespace}.{self.name}"
-        if _LABEL_VALUE.match(value):
+        if _LABEL_VALUE.fullmatch(value):
             return value
         hashed = hashlib.sha256(value.encode()).hexdigest()[:12]
         return f"{value[:40].strip('.-_')}-{hashed}"
@@ -121,6 +123,16 @@ class Owner:
             name, namespace = parse_instance(instance)
             return f"KfDef {namespace}/{name}"
         return f"the KfDef labelled {(live_meta.get('labels') or {}).get(INSTANCE_LABEL)}"
+
+    def holder_path(self, live_meta: JSON) -> str | None:
+        """The KfDef the kfctl annotation names (a label alone may be a hash, which names nobody)."""
+        instance = (live_meta.get("annotations") or {}).get(INSTANCE_ANNOTATION)
+        if not instance:
+            return None
+        name, namespace = parse_instance(instance)
+        if not (_NAMESPACE.fullmatch(namespace) and name and "/" not in name):
+            return None
+        return kfdef_path(namespace, name)
 
     def stamp(self, obj: JSON, *, namespaced: bool, adopted: bool) -> JSON:
         """The object as this KfDef applies it: ownership label, annotations, ownerReference, digest.

@@ -71,8 +71,8 @@ def git_tree(repo: Repo, cache: SourceCache, options: FetchOptions, *, allowance
         location = parse_git_uri(repo.uri)
     except ValueError as exc:
         raise SourceError(repo.name, repo.uri, str(exc)) from None
-    commit = location.ref if _FULL_SHA.match(location.ref) else ""
-    tree = cache.root / "trees" / f"git-{commit}"
+    commit = location.ref if _FULL_SHA.fullmatch(location.ref) else ""
+    tree = _tree_entry(cache, location, commit)
     if not (commit and cache.claim(tree)):
         config, env = _transport(repo, location, options)
         mirror = cache.root / "git" / cache.key(location.url)
@@ -89,13 +89,20 @@ def git_tree(repo: Repo, cache: SourceCache, options: FetchOptions, *, allowance
             if not commit:
                 raise SourceError(repo.name, repo.uri, f"ref {location.ref!r} is neither a branch, a tag nor a "
                                                        "commit of the repository; fix ?ref= in the URI")
-            tree = cache.root / "trees" / f"git-{commit}"
+            tree = _tree_entry(cache, location, commit)
             if not cache.claim(tree):
                 _export(repo, cache, options, mirror, commit, tree, allowance=allowance, deadline=deadline)
     path = tree / location.subdir if location.subdir else tree
     if not path.is_dir() or not inside(path.resolve(), tree.resolve()):
         raise SourceError(repo.name, repo.uri, f"subdirectory {location.subdir!r} does not exist at commit {commit}")
     return path, commit
+
+
+def _tree_entry(cache: SourceCache, location: GitLocation, commit: str) -> Path:
+    """The cached tree of ``commit`` as fetched from ``location.url``. The key holds the URL with its credentials
+    (``user:token@``), so a KfDef naming a commit gets a tree already exported only when it names the same
+    repository with the same credentials: a commit id alone never opens another KfDef's private tree."""
+    return cache.root / "trees" / f"git-{cache.key(location.url)}-{commit}"
 
 
 def _transport(repo: Repo, location: GitLocation, options: FetchOptions) -> tuple[list[str], dict[str, str]]:

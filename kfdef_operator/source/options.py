@@ -35,7 +35,7 @@ def parse_size(text: str, setting: str) -> int:
 
 def parse_duration(text: str, setting: str) -> float:
     """Seconds from ``90``, ``90s``, ``5m``, ``1h`` or ``500ms``."""
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not match:
         raise ValueError(f"{setting}: {text!r} is not a duration (e.g. 60s, 5m, 1h or a number of seconds)")
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]

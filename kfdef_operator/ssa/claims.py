@@ -37,6 +37,10 @@ class Ownership(Protocol):
     def holder(self, live_meta: JSON) -> str:
         """Who holds a :attr:`Claim.FOREIGN` object, for messages."""
 
+    def holder_path(self, live_meta: JSON) -> str | None:
+        """The API path of the owner a :attr:`Claim.FOREIGN` object's stamp names, when the stamp names one (a
+        stamp naming an owner that does not exist is nobody's: the object counts as unclaimed)."""
+
     def stamp(self, obj: JSON, *, namespaced: bool, adopted: bool) -> JSON:
         """The desired object with the owner's stamps: a new object (``obj`` is not modified), read-only."""
 

@@ -43,7 +43,7 @@ def _omitted(value: Any) -> bool:
 
 
 def _quantity(value: Any) -> Decimal | None:
-    match = _QUANTITY.match(str(value))
+    match = _QUANTITY.fullmatch(str(value))
     if match is None:
         return None
     try:

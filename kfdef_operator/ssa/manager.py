@@ -79,6 +79,10 @@ _CLEANUP_PATIENCE_S = 2.0
 _CLEANUP_RETRY_EVERY_S = 10.0
 
 
+FORGED_STAMP_NOTE = "carried the ownership stamp of a KfDef that does not exist"
+"""Starts the note of an object adopted although another KfDef's stamp was on it (that KfDef does not exist)."""
+
+
 @dataclass(frozen=True)
 class ApplyOptions:
     """How far an apply may go beyond a plain server-side apply."""
@@ -125,8 +129,10 @@ class ResourceManager:
 
     def __init__(self, kube: KubeClient, discovery: Discovery, live: LiveView | None = None, *,
                  concurrency: int = 24, crd_timeout: float = 120.0,
-                 explain_forbidden: Callable[[KubeApiError], str] | None = None) -> None:
+                 explain_forbidden: Callable[[KubeApiError], str] | None = None,
+                 owners: KubeClient | None = None) -> None:
         self.kube = kube
+        self.owners = owners or kube  # reads whether an owner named by a stamp exists (the operator's own view)
         self.discovery = discovery
         self.live = live
         self.concurrency = concurrency
@@ -193,6 +199,19 @@ class ResourceManager:
             live.setdefault(ref, self._cached_meta(ref))
         return live
 
+    async def _holder_missing(self, ownership: Ownership, live_meta: JSON) -> bool:
+        """Whether the owner a stamp names is known not to exist (404). Any other answer (it exists, it may not be
+        read, the read failed) keeps the object the holder's."""
+        path = ownership.holder_path(live_meta)
+        if path is None:
+            return False
+        try:
+            return await self.owners.get(path, accept=_ONE_METADATA_ONLY) is None
+        except KubeApiError as error:
+            log.info("cannot tell whether %s exists (%s); leaving its object alone", ownership.holder(live_meta),
+                     describe_api_error(error))
+            return False
+
     async def _read_meta(self, ref: ObjectRef, resource: Resource) -> Known:
         try:
             found = await self.kube.get(resource.path_of(ref), accept=_ONE_METADATA_ONLY)
@@ -209,9 +228,14 @@ class ResourceManager:
         """Apply one normalised object given what is known of its live copy (None: absent)."""
         ref = ref_of(obj)
         claim = ownership.claim(live_meta)
+        unclaimed_note = ""
         if claim is Claim.FOREIGN:
             assert live_meta is not None
-            return Change(ref, Action.CONFLICT, f"already managed by {ownership.holder(live_meta)}; not applied")
+            if not await self._holder_missing(ownership, live_meta):
+                return Change(ref, Action.CONFLICT, f"already managed by {ownership.holder(live_meta)}; not applied")
+            claim = Claim.UNCLAIMED
+            unclaimed_note = (f"{FORGED_STAMP_NOTE}: it named {ownership.holder(live_meta)}, which does not exist; "
+                              "adopted (kept at prune and teardown)")
         if ownership.opted_out(live_meta):
             return Change(ref, Action.SKIPPED, "reconcile disabled on the object by annotation; not applied")
         if claim is Claim.ABSENT and ref in options.keep_absent:
@@ -237,6 +261,7 @@ class ResourceManager:
             return Change(ref, Action.FAILED, self.describe(error))
         action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
         note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
+        note = "; ".join(n for n in (unclaimed_note, note) if n)
         return Change(ref, action, note, live=live)
 
     async def server_side_apply(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str, *,

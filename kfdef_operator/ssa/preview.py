@@ -78,7 +78,7 @@ def field_changes(before: Any, after: Any, path: str = "") -> list[FieldChange]:
 
 
 def _join(path: str, key: str) -> str:
-    if _PLAIN_KEY.match(key):
+    if _PLAIN_KEY.fullmatch(key):
         return f"{path}.{key}" if path else key
     return f"{path}[{json.dumps(key)}]"
 

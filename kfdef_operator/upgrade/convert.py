@@ -219,7 +219,7 @@ _RELEASE = re.compile(r"^v?1\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
 
 def _minor_number(release: str) -> int:
     """36 for ``1.36``, ``v1.36`` or ``1.36.2``; ValueError for anything else."""
-    match = _RELEASE.match(release.strip())
+    match = _RELEASE.fullmatch(release.strip())
     if not match:
         raise ValueError(f"not a Kubernetes 1.x release: {release!r} (expected e.g. 1.36)")
     return int(match.group(1))

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from kfdef_operator.api.kfdef import KfDef, Repo, parse_kfdef
-from kfdef_operator.build import kustomize
 from kfdef_operator.build.render import RenderedApplication, render
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolve import ResolvedSource, resolve_source
+from tests.kustomize_cli import cli_build
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = Path(os.environ.get("KFDEF_STACKS_DIR") or ROOT.parent / "shared" / "stacks")
@@ -95,13 +95,13 @@ class PlainKustomize:
         key = (mode, package)
         if key not in self._built:
             if mode == "plain":
-                self._built[key] = kustomize.build(package, timeout=300)
+                self._built[key] = cli_build(package)
             else:
                 wrapper = self.workdir / f"w{len(self._built)}" / "kustomize" / package.name
                 wrapper.mkdir(parents=True)
                 (wrapper / "kustomization.yaml").write_text(
                     yaml.safe_dump({"resources": [os.path.relpath(package, wrapper)]}))
-                self._built[key] = kustomize.build(wrapper, load_restrictor="LoadRestrictionsNone", timeout=300)
+                self._built[key] = cli_build(wrapper, load_restrictor="LoadRestrictionsNone")
         return self._built[key]
 
 

@@ -78,6 +78,7 @@ GROUPS = {  # module -> (order, heading in the report)
     "test_bad_input": (6, "Bad input"),
     "test_security": (7, "Security"),
     "test_build_trust": (8, "Security: what a tenant's manifests can make a build do"),
+    "test_build_boundary": (8, "Security: the build boundary holds where kustomize reads"),
     "test_source_trust": (9, "Security: what a source may reach"),
     "test_isolation": (10, "Isolation: slow sources, liveness, disk"),
     "test_tenancy": (11, "Security: a KfDef acts as a ServiceAccount of its namespace, never as the operator"),

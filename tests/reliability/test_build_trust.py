@@ -116,7 +116,8 @@ def test_generators_cannot_read_the_operators_files_or_fetch_internal_urls(opera
     log = operator.log_tail(3000)
     assert marker not in log and "client-key-data" not in log
     started = operator.log_path.read_text()
-    assert "rendering with kustomize v5.8.2 (" in started and "remote bases refused" in started  # said at start
+    assert "rendering with kustomize v5.8.2 through kfdef-render (" in started  # said at start
+    assert "remote bases refused" in started
     reliability.figure("attacks", "4 file sources (passwd, kubeconfig, token path, internal URL) x legacy and stacks")
     reliability.figure("refused with", messages["passwd"].split("refused to build: ")[-1].split(". A build")[0])
     delete_kfdefs(kube, ns)

@@ -186,3 +186,38 @@ def test_a_heal_never_takes_over_an_object_someone_else_created_meanwhile(operat
         kube.delete("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", name)
         hook.close()
     reliability.figure("rival", "kept: content, no stamps, survives teardown")
+
+
+def test_a_forged_stamp_naming_no_kfdef_does_not_veto_the_stack(operator, kube, kfdef_namespace, tmp_path,
+                                                                reliability):
+    """An object pre-created with the stamp of a KfDef that does not exist"""
+    ns = kfdef_namespace
+    forged = {"kfctl.kubeflow.io/kfdef-instance": f"ghost.{ns}"}
+    kube.apply(annotated(configmap("network-policy", ns, {"allow": "everything"}), **forged))
+    # A real KfDef's stamp still vetoes: that one is a conflict, not an adoption.
+    write_package(tmp_path / "real", "app", [configmap("held", ns, {"by": "real"})])
+    kube.apply(kfdef(tmp_path / "real", "real", ns, "app"))
+    wait_converged(kube, "real", ns, {"ConfigMap/held"})
+    write_package(tmp_path / "platform", "app", [configmap("network-policy", ns, {"allow": "nothing"}),
+                                                 configmap("held", ns, {"by": "platform"})])
+    kube.apply(kfdef(tmp_path / "platform", "platform", ns, "app"))
+
+    def settled() -> dict | None:
+        found = failures(kube, "platform", ns)
+        applied = kube.get("v1", "ConfigMap", "network-policy", ns)["data"] == {"allow": "nothing"}
+        return found if applied and found else None
+    found = wait_for(settled, timeout=90, what="the forged object applied and the real conflict reported")
+    assert list(found) == [f"ConfigMap/{ns}/held"] or all("held" in key for key in found), found
+    assert "already managed by KfDef" in next(iter(found.values()))
+    stamped = kube.get("v1", "ConfigMap", "network-policy", ns)["metadata"]["annotations"]
+    assert stamped["kfctl.kubeflow.io/kfdef-instance"] == f"platform.{ns}"
+    assert stamped.get("kfdef.apps.kubeflow.org/adopted") == "true"  # adopted: kept at teardown
+    events = [e for e in kube.core.list_namespaced_event(ns).items if e.reason == "AdoptedUnclaimed"]
+    assert events and "ghost" in events[0].message and "does not exist" in events[0].message, events
+    assert kube.get("v1", "ConfigMap", "held", ns)["data"] == {"by": "real"}
+    for name in ("platform", "real"):
+        kube.delete(KFDEF_API, "KfDef", name, ns)
+        kube.wait_gone(KFDEF_API, "KfDef", name, ns, timeout=60)
+    assert kube.get("v1", "ConfigMap", "network-policy", ns) is not None, "an adopted object was deleted"
+    reliability.figure("forged stamp", f"ghost.{ns} (no such KfDef): adopted with an AdoptedUnclaimed Event; a real "
+                                       "KfDef's stamp still a conflict")

@@ -187,6 +187,30 @@ def test_git_over_plain_http_and_git_file_outside_the_roots_are_refused(tmp_path
     reliability.figure("refused", "git+http://, git+file:// outside KFDEF_LOCAL_SOURCE_ROOTS; fetched once inside")
 
 
+
+def test_a_commit_id_does_not_open_a_tree_another_kfdef_fetched(tmp_path, reliability):
+    """Another tenant's private git tree named by its full commit id"""
+    private = tmp_path / "tenant-a" / "private"
+    repo = git.Repo.init(private)
+    (private / "kustomization.yaml").write_text("resources: []\n# tenant a's private manifests\n")
+    repo.index.add(["kustomization.yaml"])
+    commit = repo.index.commit("one", author=git.Actor("t", "t@example.org"),
+                               committer=git.Actor("t", "t@example.org")).hexsha
+    cache = SourceCache(tmp_path / "cache")
+    options = FetchOptions.from_env({"KFDEF_LOCAL_SOURCE_ROOTS": str(tmp_path)}, **FAST)
+    fetched = resolve_source(Repo("manifests", f"git+file://{private}?ref={commit}"), cache, options)
+    assert fetched.revision == commit
+    for other in (f"git+file://{tmp_path}/tenant-b/anything?ref={commit}",   # a repository that does not exist
+                  f"git+file://{tmp_path}/tenant-a/private/.?ref={commit}"):  # the same one, spelled otherwise
+        try:
+            tree = resolve_source(Repo("manifests", other), cache, options)
+        except SourceError as refused:
+            assert "git fetch failed" in str(refused), str(refused)
+            continue
+        assert tree.local_path != fetched.local_path, "another URL was handed the tree fetched for tenant a"
+    reliability.figure("attack", "git+file://<another repository>?ref=<tenant a's commit>: fetched, not handed "
+                                 "tenant a's tree (trees are keyed by URL with its credentials, and commit)")
+
 @pytest.mark.cluster
 def test_the_operator_reads_no_local_source_outside_its_roots(operator, kube, kfdef_namespace, new_stack, reliability):
     """KfDefs naming the operator's credentials, /etc, its work directory or a file outside the roots"""

@@ -164,9 +164,9 @@ def test_final_image_runs_the_operator_with_the_cache_dir() -> None:
     assert json.loads(next(i.args for i in final if i.keyword == "ENTRYPOINT")) == ["kfdef-operator", "run"]
     env = " ".join(i.args for i in final if i.keyword == "ENV")
     assert "XDG_CACHE_HOME=/cache" in env
-    # the kustomize built in the first stage, named explicitly (the operator never takes one from PATH)
-    assert "KFDEF_KUSTOMIZE=/usr/local/bin/kustomize" in env
-    assert any(i.keyword == "COPY" and i.args.endswith("/usr/local/bin/kustomize") for i in final)
+    # the render helper built in the first stage, named explicitly (the operator never takes kustomize from PATH)
+    assert "KFDEF_RENDER_HELPER=/usr/local/bin/kfdef-render" in env
+    assert any(i.keyword == "COPY" and i.args.endswith("/usr/local/bin/kfdef-render") for i in final)
     assert any(i.keyword == "EXPOSE" and i.args == "8080" for i in final)
 
 

@@ -16,7 +16,7 @@ from kfdef_operator.build.kustomize import PINNED_VERSION
 from kfdef_operator.build.render import RenderError
 from kfdef_operator.source.resolve import ResolvedSource
 from tests.unit.conftest import STACKS
-from tests.unit.test_kustomize import fake_kustomize
+from tests.unit.test_kustomize import fake_helper
 
 
 def kfdef_of(path: str = "pkg") -> KfDef:
@@ -84,8 +84,8 @@ def test_rendered_objects_over_the_file_size_limit_fail_with_the_limit_named(tmp
 
 def test_a_hang_is_killed_at_the_wall_time_limit_with_everything_it_started(tmp_path, monkeypatch):
     pid_file = tmp_path / "grandchild.pid"
-    hang = fake_kustomize(tmp_path / "hang", f"sleep 600 & echo $! > {pid_file}\nexec sleep 600")
-    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(hang))
+    hang = fake_helper(tmp_path / "hang", f"sleep 600 & echo $! > {pid_file}\nexec sleep 600")
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(hang))
     started = time.monotonic()
     with pytest.raises(RenderError, match=r"^render of KfDef tenant/kf killed: exceeded the 2 s wall-time limit "
                                           r"\(KFDEF_RENDER_TIMEOUT\)$"):
@@ -109,14 +109,14 @@ def test_a_memory_bomb_fails_with_the_memory_limit_named(tmp_path):
 
 
 def test_a_cpu_hog_fails_with_the_cpu_limit_named(tmp_path, monkeypatch):
-    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(fake_kustomize(tmp_path / "spin", "while :; do :; done")))
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(fake_helper(tmp_path / "spin", "while :; do :; done")))
     with pytest.raises(RenderError, match=r"killed by SIGXCPU.*: exceeded the 1 s CPU-time limit per process "
                                           r"\(KFDEF_RENDER_CPU_SECONDS\)"):
         IsolatedRender(limits=small_limits(cpu_seconds=1))(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
 
 
 def test_a_crash_of_the_render_process_fails_only_that_render(tmp_path, monkeypatch):
-    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(fake_kustomize(tmp_path / "crash", "kill -SEGV $PPID; sleep 5")))
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(fake_helper(tmp_path / "crash", "kill -SEGV $PPID; sleep 5")))
     with pytest.raises(RenderError, match=r"^render of KfDef tenant/kf failed: the render process crashed with "
                                           r"SIGSEGV"):
         IsolatedRender()(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
@@ -126,7 +126,8 @@ def test_the_render_process_has_none_of_the_operators_environment(tmp_path, monk
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
     monkeypatch.setenv("KUBECONFIG", "/etc/operator/kubeconfig")
     seen = tmp_path / "parent-environ"
-    monkeypatch.setenv("KFDEF_KUSTOMIZE", str(fake_kustomize(tmp_path / "spy", f"cat /proc/$PPID/environ > {seen}")))
+    spy = fake_helper(tmp_path / "spy", f"cat /proc/$PPID/environ > {seen}; echo '{{\"objects\":[]}}'")
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(spy))
     IsolatedRender()(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
     environ = dict(item.split("=", 1) for item in seen.read_text().split("\0") if item)
     assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE"}

@@ -226,7 +226,7 @@ def test_service_account_name_is_a_name_in_the_kfdefs_own_namespace():
     assert parse_kfdef(minimal(serviceAccountName="kfdef-deployer")).service_account_name == "kfdef-deployer"
     for other_namespace in ("system:serviceaccount:kube-system:admin", "kube-system/admin", "kube-system:admin"):
         assert "own namespace" in errors_of(minimal(serviceAccountName=other_namespace))["spec.serviceAccountName"]
-    for bad in ("Admin", "-x", "a" * 254, "a b"):
+    for bad in ("Admin", "-x", "a" * 254, "a b", "default\n"):  # the whole string must match, not up to a newline
         assert "not a ServiceAccount name" in errors_of(minimal(serviceAccountName=bad))["spec.serviceAccountName"]
     assert "must be a string" in errors_of(minimal(serviceAccountName=True))["spec.serviceAccountName"]
 

@@ -16,6 +16,7 @@ from kfdef_operator.api.names import (
     DIGEST_ANNOTATION,
     INSTANCE_ANNOTATION,
     INSTANCE_LABEL,
+    kfdef_path,
 )
 from kfdef_operator.api.names import API_VERSION as KFDEF_API_VERSION
 from kfdef_operator.runtime.ownership import Owner, digest, opted_out, parse_instance
@@ -313,3 +314,13 @@ def test_touch_patch_only_sets_the_time_in_an_annotation_of_ours():
 ])
 def test_opted_out(meta, disabled):
     assert opted_out(meta) is disabled
+
+
+def test_the_holder_named_by_a_stamp_is_a_kfdef_path_only_for_a_well_formed_annotation():
+    owner = Owner("platform", "tenant-b", "uid-1")
+    named = {"annotations": {INSTANCE_ANNOTATION: "ghost.tenant-a"}}
+    assert owner.claim(named) is Claim.FOREIGN
+    assert owner.holder_path(named) == kfdef_path("tenant-a", "ghost")
+    assert owner.holder_path({"annotations": {INSTANCE_ANNOTATION: "no-namespace"}}) is None
+    assert owner.holder_path({"annotations": {INSTANCE_ANNOTATION: "x.Not_A_Namespace"}}) is None
+    assert owner.holder_path({"labels": {INSTANCE_LABEL: "tenant-a.ghost"}}) is None  # a label may be a hash

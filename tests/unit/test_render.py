@@ -15,7 +15,6 @@ import yaml
 
 from kfdef_operator.api.kfdef import KfDef, Parameter, parse_kfdef
 from kfdef_operator.build.confinement import LOAD_RESTRICTIONS_NONE
-from kfdef_operator.build.kustomize import build
 from kfdef_operator.build.render import (
     NAMESPACE_TRANSFORMER_FILE,
     RenderError,
@@ -27,6 +26,7 @@ from kfdef_operator.build.render import (
     rewrite_params_env,
 )
 from kfdef_operator.source.resolve import ResolvedSource
+from tests.kustomize_cli import cli_build
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 MANIFESTS = FIXTURES / "manifests"
@@ -224,7 +224,7 @@ def test_plain_entry_points_build_exactly_as_kustomize_does(legacy):
     # Nothing added (objects without a namespace get the KfDef's from the operator), v5's namespace meaning.
     _, rendered = legacy
     for app, path in ((rendered[1], "application/v3"), (rendered[4], "profiles/namespaced")):
-        assert app.objects == build(MANIFESTS / path)
+        assert app.objects == cli_build(MANIFESTS / path)
     assert "namespace" not in by_kind(rendered[1], "StatefulSet")["application-controller"]["metadata"]
     assert set(by_kind(rendered[4], "Namespace")) == {"kubeflow-profiles"}
 
@@ -234,7 +234,7 @@ def test_a_plain_entry_point_has_the_whole_repository(tmp_path):
                                                                               "path": "modern/example"}}})
     [app] = render(kfdef, local_sources(), tmp_path)
     assert app.mode == "plain"
-    assert app.objects == build(MANIFESTS / "modern" / "example")
+    assert app.objects == cli_build(MANIFESTS / "modern" / "example")
     assert by_kind(app, "ConfigMap")["gateway-config"]["data"]["host"] == "gateway.gateway-system.svc.cluster.local"
     assert set(by_kind(app, "Namespace")) == {"dashboards", "gateway-system"}
     assert not (tmp_path / "kustomize" / "kubeflow").exists(), "built in place, not copied"
@@ -245,7 +245,7 @@ def test_stacks_mode_builds_a_tree_written_for_kustomize_v5_as_v5_does(tmp_path)
     kfdef = write_kfdef({"name": "kubeflow-apps", "kustomizeConfig": {"repoRef": {"name": "manifests",
                                                                                    "path": "modern/example"}}})
     [app] = render(kfdef, local_sources(), tmp_path)
-    assert app.objects == build(MANIFESTS / "modern" / "example", load_restrictor=LOAD_RESTRICTIONS_NONE)
+    assert app.objects == cli_build(MANIFESTS / "modern" / "example", load_restrictor=LOAD_RESTRICTIONS_NONE)
     assert by_kind(app, "ConfigMap")["gateway-config"]["data"]["host"] == "gateway.gateway-system.svc.cluster.local"
     assert not list((tmp_path / "repos").rglob(NAMESPACE_TRANSFORMER_FILE))
 

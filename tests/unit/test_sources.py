@@ -395,6 +395,15 @@ def test_git_commit_already_exported_needs_no_fetch(upstream, cache, local, monk
     assert fetch(f"git+file://{path}?ref={tagged}", cache, local) == first
 
 
+
+def test_git_trees_are_keyed_by_url_and_credentials_as_well_as_commit(cache):
+    """A tree exported for one URL (and its credentials) is never another URL's, even at the same commit."""
+    sha = "a" * 40
+    entries = {git_module._tree_entry(cache, git_module.parse_git_uri(uri), sha) for uri in (
+        "git+https://host/org/private.git", "git+https://user:token@host/org/private.git",
+        "git+https://other:token@host/org/private.git", "git+https://host/org/public.git")}
+    assert len(entries) == 4 and all(entry.name.endswith(sha) for entry in entries)
+
 def test_git_unknown_ref_missing_subdir_and_unreachable_repo(upstream, cache, local, tmp_path):
     path, _, _ = upstream
     with pytest.raises(SourceError, match="ref 'v9' is neither") as unknown:
