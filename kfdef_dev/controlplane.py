@@ -279,7 +279,15 @@ class ControlPlane:
 
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver by its PID and start it again with the same flags and port."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver by its PID (the rest keeps running); :meth:`start_apiserver` brings it back."""
         self._processes["kube-apiserver"].stop()
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again with the same flags and port; returns once /readyz answers."""
         self._start_apiserver()
 
     def pid(self, name: str) -> int:

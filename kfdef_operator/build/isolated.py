@@ -51,6 +51,9 @@ _GiB = 1024 * _MiB
 ANSWER_FILE = "render-answer.json"
 STDERR_FILE = "render-stderr.txt"
 _MAX_LOG_RECORDS = 100
+_running: set[int] = set()  # process groups of the renders in progress (their leaders' pids)
+_running_lock = threading.Lock()
+_stopping = threading.Event()
 _MAX_PROGRESS_LINE = 64 * 1024
 
 
@@ -147,6 +150,19 @@ class IsolatedRender:
         return _Child(self, kfdef, dict(sources), Path(workdir).resolve(), find_render_helper()).run(progress)
 
 
+def stop_renders() -> None:
+    """Kill every render in progress, and any started from now on: the process is stopping, and a render (up to
+    its wall-time limit) must not keep it alive past its grace period."""
+    _stopping.set()
+    with _running_lock:
+        groups = list(_running)
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 @dataclass(frozen=True)
 class _Request:
     """What the child needs (pickled by the operator for its own child)."""
@@ -180,6 +196,10 @@ class _Child:
         except OSError as error:
             raise RenderError("", f"could not start the render process: {error}",
                               subject=f"{self.subject} failed") from None
+        with _running_lock:
+            _running.add(popen.pid)
+        if _stopping.is_set():
+            os.killpg(popen.pid, signal.SIGKILL)
         reader = threading.Thread(target=self._read_progress, args=(popen, progress), daemon=True,
                                   name="render-progress")
         reader.start()
@@ -199,7 +219,11 @@ class _Child:
             except (ProcessLookupError, PermissionError):
                 pass
             returncode = popen.wait()
+            with _running_lock:
+                _running.discard(popen.pid)
             reader.join(timeout=5)
+        if _stopping.is_set():
+            raise RenderError("", "interrupted: the operator is stopping", subject=f"{self.subject} killed")
         if not finished:
             raise RenderError("", self.limits.explain("wall"), subject=f"{self.subject} killed")
         return self._answer(returncode)

@@ -24,13 +24,14 @@ import kopf
 
 from kfdef_operator import __version__
 from kfdef_operator.api.names import CRD_NAME, GROUP, PLURAL, VERSION
-from kfdef_operator.build.isolated import IsolatedRender
+from kfdef_operator.build.isolated import IsolatedRender, stop_renders
 from kfdef_operator.build.kustomize import KustomizeError, find_render_helper
 from kfdef_operator.controller.leadership import Leadership
 from kfdef_operator.controller.reconciler import Reconciler
 from kfdef_operator.controller.scope import has_globs
 from kfdef_operator.controller.server import ProbeServer
 from kfdef_operator.runtime import metrics
+from kfdef_operator.source.deadline import expire_all
 from kfdef_operator.ssa.client import KubeClient
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,10 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
+    # Fetches (retry pauses included) and renders end now: their threads would otherwise hold the process until
+    # their own deadlines, past the pod's grace period.
+    expire_all()
+    stop_renders()
     if getattr(memo, "server", None):
         await memo.server.stop()
     await memo.reconciler.stop()

@@ -518,7 +518,7 @@ class Reconciler:
             if change.action.wrote:
                 metrics.OBJECTS_APPLIED.labels(change.action.value).inc()
             if change.action is Action.FAILED:
-                metrics.APPLY_ERRORS.labels(change.ref.kind).inc()
+                metrics.APPLY_ERRORS.labels(metrics.kind_label(change.ref.kind)).inc()
             if change.ref not in stack.resources and change.live is not None:  # custom resources served now
                 stack.resources[change.ref] = await self.discovery.resource(change.live["apiVersion"], change.ref.kind)
             if change.ref in stack.run_once and change.action in (Action.CREATED, Action.CONFIGURED,

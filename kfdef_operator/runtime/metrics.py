@@ -8,10 +8,20 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_late
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from kfdef_operator.ssa.ordering import KNOWN_KINDS
+
 RECONCILE_SECONDS = Histogram("kfdef_reconcile_duration_seconds", "Time to reconcile a KfDef, by result.",
                               ["result"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
 OBJECTS_APPLIED = Counter("kfdef_objects_applied", "Objects written by server-side apply, by action.", ["action"])
-APPLY_ERRORS = Counter("kfdef_apply_errors", "Objects the API server refused, by kind.", ["kind"])
+APPLY_ERRORS = Counter("kfdef_apply_errors", "Objects the API server refused, by kind (the built-in kinds the "
+                       "operator knows; every other kind counts as CustomResource).", ["kind"])
+OTHER_KINDS = "CustomResource"
+
+
+def kind_label(kind: str) -> str:
+    """``kind`` as a metric label: manifests name any kind they like, so only the operator's known kinds are kept
+    and the rest share one label (the series stay bounded)."""
+    return kind if kind in KNOWN_KINDS else OTHER_KINDS
 HEALS = Counter("kfdef_heals", "Owned objects re-created or re-asserted, by cause.", ["cause"])
 HEAL_SECONDS = Histogram("kfdef_heal_latency_seconds", "From the event to the object applied again.",
                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))

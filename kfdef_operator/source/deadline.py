@@ -5,6 +5,9 @@ out. A :class:`Deadline` is a point in time by which the whole fetch (every atte
 the unpacking) must be done. Waits are bounded by :meth:`Deadline.bound`; what blocks in a system call (a
 socket read, a git subprocess) is registered with :meth:`Deadline.on_expiry`, and a timer thread shuts the
 socket down or kills the process when the deadline passes, so the blocked call returns at once.
+
+When the operator stops, :func:`expire_all` ends every fetch at once the same way (and any fetch started after it),
+so that no fetch keeps the process alive past its grace period.
 """
 
 from __future__ import annotations
@@ -15,7 +18,26 @@ from collections.abc import Callable
 
 
 class DeadlineExceeded(Exception):
-    """The fetch ran out of time."""
+    """The fetch ran out of time (or the operator is stopping)."""
+
+
+_active: set[Deadline] = set()
+_active_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+def stopping() -> bool:
+    """Whether :func:`expire_all` was called."""
+    return _stopping.is_set()
+
+
+def expire_all() -> None:
+    """End every fetch now, and any fetch entered from now on: the process is stopping."""
+    _stopping.set()
+    with _active_lock:
+        running = list(_active)
+    for deadline in running:
+        deadline._fire()
 
 
 class Deadline:
@@ -28,6 +50,7 @@ class Deadline:
         self._lock = threading.Lock()
         self._expiry_actions: list[Callable[[], None]] = []
         self._fired = False
+        self._woken = threading.Event()  # set when the deadline fires: ends a pause at once
         self._timer: threading.Timer | None = None
 
     def remaining(self) -> float:
@@ -36,7 +59,7 @@ class Deadline:
 
     @property
     def expired(self) -> bool:
-        return self._fired or self.remaining() <= 0
+        return self._fired or self.remaining() <= 0 or _stopping.is_set()
 
     def check(self) -> None:
         """Raise :class:`DeadlineExceeded` once the deadline has passed."""
@@ -47,6 +70,12 @@ class Deadline:
         """``timeout`` shortened to what is left; raises :class:`DeadlineExceeded` when nothing is left."""
         self.check()
         return min(timeout, self.remaining())
+
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (a retry's pause), cut short by the deadline; raises :class:`DeadlineExceeded` when the
+        deadline ends it."""
+        self._woken.wait(self.bound(seconds))
+        self.check()
 
     def on_expiry(self, action: Callable[[], None]) -> None:
         """Run ``action`` (e.g. shut a socket down) when the deadline passes; at once if it already has."""
@@ -60,9 +89,15 @@ class Deadline:
         self._timer = threading.Timer(self.remaining(), self._fire)
         self._timer.daemon = True
         self._timer.start()
+        with _active_lock:
+            _active.add(self)
+        if _stopping.is_set():
+            self._fire()
         return self
 
     def __exit__(self, *_: object) -> None:
+        with _active_lock:
+            _active.discard(self)
         if self._timer is not None:
             self._timer.cancel()
         with self._lock:
@@ -72,6 +107,7 @@ class Deadline:
         with self._lock:
             self._fired = True
             actions, self._expiry_actions = self._expiry_actions, []
+        self._woken.set()
         for action in actions:
             _quietly(action)
 

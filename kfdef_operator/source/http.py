@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import socket
-import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -172,7 +171,7 @@ def download(repo: Repo, cache: SourceCache, options: FetchOptions, deadline: De
         last_error = ""
         for attempt in range(options.retries + 1):
             if attempt:
-                time.sleep(deadline.bound(options.backoff_seconds * 2 ** (attempt - 1)))
+                deadline.pause(options.backoff_seconds * 2 ** (attempt - 1))
             try:
                 fetched = _get_once(repo, session, headers, cache, options, deadline)
             except _Retryable as exc:

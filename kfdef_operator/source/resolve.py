@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from kfdef_operator.api.kfdef import Repo
 from kfdef_operator.source.archive import unpacked
 from kfdef_operator.source.cache import SourceCache, disk_usage
-from kfdef_operator.source.deadline import Deadline, DeadlineExceeded
+from kfdef_operator.source.deadline import Deadline, DeadlineExceeded, stopping
 from kfdef_operator.source.errors import SourceError, redact_uri
 from kfdef_operator.source.git import git_tree, parse_git_uri
 from kfdef_operator.source.http import download
@@ -109,6 +109,8 @@ def _resolve(repo: Repo, cache: SourceCache, options: FetchOptions, *,
                 else:
                     revision = local_revision
     except DeadlineExceeded:
+        if stopping():
+            raise SourceError(repo.name, repo.uri, "interrupted: the operator is stopping", transient=True) from None
         raise SourceError(repo.name, repo.uri, f"not fetched within the {options.timeout:g} s deadline "
                                                "(KFDEF_FETCH_TIMEOUT): the server is too slow or stalls, or the "
                                                "source is too large", transient=True) from None

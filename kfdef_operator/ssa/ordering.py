@@ -42,6 +42,8 @@ _ADMISSION_ORDER = [
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "APIService",
 ]
+#: The built-in kinds the operator orders by name; any other kind is a custom resource (or unknown) to it.
+KNOWN_KINDS = frozenset(_INSTALL_ORDER + _ADMISSION_ORDER)
 _PREREQUISITE_KINDS = frozenset(_INSTALL_ORDER[: _INSTALL_ORDER.index("CustomResourceDefinition") + 1])
 _ADMISSION_KINDS = frozenset(_ADMISSION_ORDER)
 _RANK = {kind: i for i, kind in enumerate(_INSTALL_ORDER)}

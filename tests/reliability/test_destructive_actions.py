@@ -21,7 +21,14 @@ from kfdef_operator.api.names import FIELD_MANAGER, RECREATE_ANNOTATION
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, kfdef_status
 from tests.kube import Kube, wait_for
-from tests.reliability.support import AdmissionServer, ca_bundle_b64, instance_label, self_signed_cert, wait_converged
+from tests.reliability.support import (
+    AdmissionServer,
+    ca_bundle_b64,
+    instance_label,
+    self_signed_cert,
+    wait_converged,
+    wait_ready,
+)
 from tests.stacks import Stack, write_package
 
 pytestmark = pytest.mark.cluster
@@ -197,7 +204,7 @@ def test_a_forged_stamp_naming_no_kfdef_does_not_veto_the_stack(operator, kube, 
     # A real KfDef's stamp still vetoes: that one is a conflict, not an adoption.
     write_package(tmp_path / "real", "app", [configmap("held", ns, {"by": "real"})])
     kube.apply(kfdef(tmp_path / "real", "real", ns, "app"))
-    wait_converged(kube, "real", ns, {"ConfigMap/held"})
+    wait_ready(kube, "real", ns)
     write_package(tmp_path / "platform", "app", [configmap("network-policy", ns, {"allow": "nothing"}),
                                                  configmap("held", ns, {"by": "platform"})])
     kube.apply(kfdef(tmp_path / "platform", "platform", ns, "app"))

@@ -7,6 +7,8 @@ fetch). What a deleted KfDef left in the work directory goes with it.
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 
 import pytest
@@ -15,6 +17,7 @@ from tests.cluster.conftest import KFDEF_API, wait_condition_reason
 from tests.kube import wait_for
 from tests.operator_process import OperatorProcess
 from tests.reliability.support import OPERATOR_ENV, TarballServer, condition, delete_kfdefs, tarball, wait_ready
+from tests.unit.test_kustomize import fake_helper
 
 pytestmark = pytest.mark.cluster
 
@@ -95,3 +98,56 @@ def test_a_deleted_kfdef_leaves_nothing_in_the_work_directory(operator, kube, kf
     assert not render_dir.exists(), f"{render_dir} is still there after its KfDef was deleted"
     assert not cached.exists(), f"{cached} is still there after its KfDef was deleted"
     reliability.figure("bytes removed", size)
+
+
+GRACE_S = 30  # deploy/operator/deployment.yaml's terminationGracePeriodSeconds
+
+
+@pytest.mark.parametrize("state", ["fetch stalled", "render running", "API server gone"])
+def test_sigterm_ends_the_operator_within_its_grace_period(state, operator, control_plane, kube, kfdef_namespace,
+                                                           new_stack, tmp_path, reliability):
+    """SIGTERM while a fetch waits on a stalled source, while a render runs, or with the API server gone"""
+    server = TarballServer()
+    stack = new_stack(with_webhook=False)
+    env = {**OPERATOR_ENV, "KFDEF_FETCH_TIMEOUT": "600s", "KFDEF_FETCH_READ_TIMEOUT": "600s"}
+    if state == "render running":
+        started = tmp_path / "render-started"
+        env["KFDEF_RENDER_HELPER"] = str(fake_helper(tmp_path / "slow-helper", f"touch {started}; exec sleep 600"))
+    operator.stop()
+    process = OperatorProcess(control_plane.kubeconfig, tmp_path / "operator", env=env)
+    process.start()
+    apiserver_stopped = False
+    try:
+        if state == "fetch stalled":
+            route = server.serve("/stalled.tar.gz", tarball(stack.root), mode="slow")
+            kube.apply(stack.kfdef("stalled", kfdef_namespace, uri=server.url("/stalled.tar.gz")))
+            wait_for(lambda: route.hits, timeout=30, what="the fetch to reach the stalled server")
+        elif state == "render running":
+            server.serve("/m.tar.gz", tarball(stack.root))
+            kube.apply(stack.kfdef("rendering", kfdef_namespace, uri=server.url("/m.tar.gz")))
+            wait_for(started.exists, timeout=30, what="the render to start")
+        else:
+            server.serve("/m.tar.gz", tarball(stack.root))
+            kube.apply(stack.kfdef("ready", kfdef_namespace, uri=server.url("/m.tar.gz")))
+            wait_ready(kube, "ready", kfdef_namespace, timeout=90)
+            control_plane.stop_apiserver()
+            apiserver_stopped = True
+        assert process.popen is not None
+        signalled = time.monotonic()
+        process.popen.send_signal(signal.SIGTERM)
+        try:
+            code = process.popen.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {GRACE_S} s after SIGTERM ({state}):\n{process.log_tail(40)}")
+        took = time.monotonic() - signalled
+        assert code == 0, f"exited with {code}:\n{process.log_tail(40)}"
+        assert took < GRACE_S / 2, f"took {took:.1f} s to stop"
+        reliability.figure("s from SIGTERM to exit", round(took, 2))
+    finally:
+        server.release.set()
+        server.close()
+        process.stop()
+        if apiserver_stopped:
+            control_plane.start_apiserver()
+        operator.start()
+        delete_kfdefs(kube, kfdef_namespace)

@@ -45,3 +45,11 @@ def test_heal_latency_is_a_histogram_with_millisecond_buckets():
     metrics.HEAL_SECONDS.observe(0.012)
     buckets = {s.labels["le"]: s.value for s in scrape()["kfdef_heal_latency_seconds"] if s.name.endswith("_bucket")}
     assert buckets["0.01"] <= buckets["0.025"] and buckets["+Inf"] >= 1
+
+
+def test_apply_error_kinds_are_bounded_to_the_kinds_the_operator_knows():
+    """A manifest names any kind it likes; the label takes the built-in kinds, the rest share one value."""
+    assert metrics.kind_label("Deployment") == "Deployment"
+    assert metrics.kind_label("ValidatingWebhookConfiguration") == "ValidatingWebhookConfiguration"
+    labels = {metrics.kind_label(f"Attacker{i}") for i in range(1000)} | {metrics.kind_label("Profile")}
+    assert labels == {metrics.OTHER_KINDS}
