@@ -143,13 +143,24 @@ def _kfdef(mode: str) -> KfDef:
 
 def write_repo(root: Path, mode: str, kustomization: str) -> Path:
     """A repository whose package ``pkg`` holds ``kustomization`` where the mode's build reads it; returns the
-    directory of that file."""
+    directory of that file. Outside plain mode the kustomization also reads a file of the repository outside its
+    own folder, as kfctl-era trees do, so that its build needs kustomize's permissive load restrictor (then only
+    the boundary keeps the build inside the repository)."""
     package = root / "pkg" / ("base" if mode == "legacy" else "")
     package.mkdir(parents=True, exist_ok=True)
+    if mode != "plain":
+        # ../shared: a sibling folder of the kustomization's (inside the package, which is legacy mode's tree)
+        names_configurations = "configurations" in kustomization.lower()
+        kustomization = ("crds:\n- ../shared/crd.json\n" if names_configurations
+                         else "configurations:\n- ../shared/config.yaml\n") + kustomization
     (package / "kustomization.yaml").write_text(kustomization)
     (package / "harmless.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n")
     (root / "common").mkdir(exist_ok=True)
     (root / "common" / "kustomization.yaml").write_text("resources: []\n")
+    shared = package.parent / "shared"
+    shared.mkdir(exist_ok=True)
+    (shared / "config.yaml").write_text("nameReference: []\n")
+    (shared / "crd.json").write_text('{"definitions": {}}\n')
     return package
 
 
@@ -165,6 +176,8 @@ def internal():
 
 @pytest.fixture
 def outside(tmp_path, internal) -> Outside:
+    for route in internal.routes.values():
+        route.hits.clear()  # each test counts its own fetches
     return _outside(tmp_path / "operator-files", internal.url("").rstrip("/"))
 
 
@@ -207,13 +220,18 @@ def test_render_refuses_every_hostile_form_of_every_field(field, mode, form, out
     assert not any(route.hits for route in internal.routes.values()), "an internal URL was fetched"
 
 
+@pytest.mark.parametrize("form", ["exact", "case", "binary"])
 @pytest.mark.parametrize("field", list(ATTACKS))
-def test_the_helper_refuses_each_field_without_any_pre_check(field, outside, internal, tmp_path):
-    """Exactly spelled keys, straight to the render helper: the boundary does not depend on Python's walk."""
-    key, body, reference = ATTACKS[field]
-    ref = reference(outside)
+def test_the_helper_refuses_each_field_without_any_pre_check(field, form, outside, internal, tmp_path):
+    """Straight to the render helper: the boundary does not depend on Python's walk."""
+    if form == "exact":
+        key, body, reference = ATTACKS[field]
+        ref = reference(outside)
+        text = f"{key}:\n{body.format(ref=json.dumps(ref))}"
+    else:
+        text, ref = hostile_kustomization(field, form, outside)
     root = tmp_path / "repo"
-    package = write_repo(root, "plain", f"{key}:\n{body.format(ref=json.dumps(ref))}")
+    package = write_repo(root, "plain", text)
     for restrictor in ("LoadRestrictionsRootOnly", "LoadRestrictionsNone"):
         with pytest.raises(KustomizeError) as refused:
             kustomize.build(package, roots={root: "manifests:"}, home=tmp_path / "home", load_restrictor=restrictor)

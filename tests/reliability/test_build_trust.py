@@ -9,6 +9,7 @@ operator process (same PID, bounded memory) keeps reconciling and healing the ot
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 from pathlib import Path
@@ -122,6 +123,46 @@ def test_generators_cannot_read_the_operators_files_or_fetch_internal_urls(opera
     reliability.figure("refused with", messages["passwd"].split("refused to build: ")[-1].split(". A build")[0])
     delete_kfdefs(kube, ns)
 
+
+
+def test_kustomize_reads_no_operator_file_however_the_kustomization_spells_it(operator, control_plane, kube,
+                                                                              kfdef_namespace, tmp_path, reliability):
+    """The operator's kubeconfig and /etc/passwd named by a generator spelled in another case, under a repeated key,
+    or as a !!binary value, in plain, legacy and stacks mode"""
+    ns = kfdef_namespace
+    kubeconfig = str(control_plane.kubeconfig)
+    binary = base64.b64encode(b"stolen=/etc/passwd").decode()
+    forms = {  # name -> (kustomization text, the path the message must name, text that would prove the leak)
+        "case": (f"ConfigMapGenerator:\n- name: leak\n  files: ['stolen={kubeconfig}']\n", kubeconfig,
+                 "client-key-data"),
+        "repeated": (f"configMapGenerator:\n- name: leak\n  literals: [a=b]\nConfigMapGenerator:\n- name: leak2\n"
+                     f"  files: ['stolen={kubeconfig}']\n", kubeconfig, "client-key-data"),
+        "binary": (f"configMapGenerator:\n- name: leak\n  files:\n  - !!binary {binary}\n",
+                   "configMapGenerator[0].files[0] is a !!binary value", "root:"),
+    }
+    names = []
+    for mode in ("plain", "legacy", "stacks"):
+        for form, (text, _, _) in forms.items():
+            root = tmp_path / f"{mode}-{form}"
+            package = root / "app" / ("base" if mode != "plain" else "")
+            _write(package / "kustomization.yaml", text)
+            _write(root / "common" / "kustomization.yaml", {"resources": []})
+            path = "app/base" if mode == "stacks" else "app"
+            kube.apply(_kfdef(f"{mode}-{form}", ns, root, path, stacks=mode == "stacks"))
+            names.append((mode, form))
+    for mode, form in names:
+        obj = wait_condition_reason(kube, f"{mode}-{form}", ns, "Degraded", "True", "RenderFailed", timeout=120)
+        message = condition(obj, "Degraded")["message"]
+        named, proof = forms[form][1], forms[form][2]
+        assert named in message and "kustomization.yaml" in message or "outside the tree the KfDef names" in message, \
+            (mode, form, message)
+        assert named in message, (mode, form, message)
+        assert proof not in message
+    for proof in ("client-key-data", "root:"):
+        assert not _config_maps_holding(kube, ns, proof), f"{proof!r} reached a ConfigMap"
+    assert "client-key-data" not in operator.log_tail(3000)
+    reliability.figure("attacks", "3 spellings (case, repeated key, !!binary) x plain, legacy and stacks")
+    delete_kfdefs(kube, ns)
 
 def test_a_patch_target_name_cannot_write_outside_the_kfdefs_work_directory(operator, kube, kfdef_namespace,
                                                                            tmp_path, reliability):
