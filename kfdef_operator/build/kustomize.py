@@ -162,30 +162,36 @@ class BuildOutput:
 
     objects: list[dict[str, Any]]
     confinement: str
+    notes: tuple[str, ...] = ()   # fields dropped to read a kustomization as kustomize v3.2 did
 
 
 def build(path: Path, *, roots: Mapping[Path, str], helper: RenderHelper | None = None, home: Path | None = None,
-          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, allow_remote: bool = False, timeout: float = 120,
-          application: str | None = None) -> BuildOutput:
+          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, allow_remote: bool = False, kustomize_v3: bool = False,
+          timeout: float = 120, application: str | None = None) -> BuildOutput:
     """Build the kustomization in ``path`` with the render helper, reading nothing outside ``roots``.
 
     ``roots`` maps each directory the build may read to the name people know it by (``manifests:``); errors show
     paths by those names. ``helper`` defaults to :func:`find_render_helper`. ``load_restrictor`` is kustomize's
     (``LoadRestrictionsNone`` lets a kustomization read files outside its own folder, still inside ``roots``).
-    ``allow_remote`` lets kustomize fetch remote bases and URLs (cloned under ``home``). ``home`` is the helper's
+    ``allow_remote`` lets kustomize fetch remote bases and URLs (cloned under ``home``). ``kustomize_v3`` reads the
+    tree's kustomizations and transformer configurations as kfctl's kustomize v3.2 did (unknown fields dropped, each
+    noted in :attr:`BuildOutput.notes` by the roots' names). ``home`` is the helper's
     own ``HOME``/``TMPDIR`` (created when missing; default: a temporary directory). ``application`` only labels
     error messages.
     """
     if home is None:
         with tempfile.TemporaryDirectory(prefix="kfdef-render-") as temporary:
             return build(path, roots=roots, helper=helper, home=Path(temporary), load_restrictor=load_restrictor,
-                         allow_remote=allow_remote, timeout=timeout, application=application)
+                         allow_remote=allow_remote, kustomize_v3=kustomize_v3, timeout=timeout,
+                         application=application)
     home.mkdir(parents=True, exist_ok=True)
     argv = [str((helper or find_render_helper()).path), "build", f"--load-restrictor={load_restrictor}"]
     for root in roots:
         argv.append(f"--root={root}")
     if allow_remote:
         argv.append("--allow-remote")
+    if kustomize_v3:
+        argv.append("--kustomize-v3")
     argv.append(str(path))
     shown = functools.partial(show_paths, roots={**roots, home: "(build home)/"})
     failed = functools.partial(KustomizeError, path=path, application=application, shown_path=shown(str(path)))
@@ -203,7 +209,8 @@ def build(path: Path, *, roots: Mapping[Path, str], helper: RenderHelper | None 
         else:
             reason = f"exit code {done.returncode}" + (" (out of memory)" if limit == "memory" else "")
         raise failed(reason, stderr_tail=shown(_tail(done.stderr)), limit=limit)
-    return parse_output(done.stdout, path=path, application=application)
+    output = parse_output(done.stdout, path=path, application=application)
+    return BuildOutput(output.objects, output.confinement, tuple(shown(note) for note in output.notes))
 
 
 def show_paths(text: str, roots: Mapping[Path, str]) -> str:
@@ -236,8 +243,8 @@ def _limit_hit(returncode: int, stderr: bytes) -> str | None:
 
 
 def parse_output(stream: bytes | str, *, path: Path, application: str | None = None) -> BuildOutput:
-    """Read the helper's answer, ``{"confinement": str, "objects": [object, ...]}``; objects nested deeper than
-    :data:`safe_yaml.MAX_DEPTH` are refused."""
+    """Read the helper's answer, ``{"confinement": str, "notes": [str, ...], "objects": [object, ...]}``; objects
+    nested deeper than :data:`safe_yaml.MAX_DEPTH` are refused."""
     failed = functools.partial(KustomizeError, path=path, application=application)
     try:
         answer = json.loads(stream)
@@ -251,7 +258,10 @@ def parse_output(stream: bytes | str, *, path: Path, application: str | None = N
             raise failed(f"object {index} of the output is a {type(doc).__name__}, not an object")
         if nesting_depth(doc) > MAX_DEPTH:
             raise failed(f"object {index} of the output nests deeper than {MAX_DEPTH} levels")
-    return BuildOutput(objects, str(answer.get("confinement", "")))
+    notes = answer.get("notes") or []
+    if not (isinstance(notes, list) and all(isinstance(note, str) for note in notes)):
+        raise failed("the notes of the output are not a list of strings")
+    return BuildOutput(objects, str(answer.get("confinement", "")), tuple(notes))
 
 
 def _tail(stderr: bytes) -> str:

@@ -412,10 +412,10 @@ def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *
         roots = _roots(app, mode, build_dir, tree)
         restrictor = _confine(app, mode, build_dir, roots, allow_remote_bases)
         output = kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
-                                 load_restrictor=restrictor, allow_remote=allow_remote_bases, timeout=timeout,
-                                 application=app.name)
-        result = RenderedApplication(app.name, mode, output.objects, time.monotonic() - started, tuple(warnings),
-                                     output.confinement)
+                                 load_restrictor=restrictor, allow_remote=allow_remote_bases,
+                                 kustomize_v3=mode != "plain", timeout=timeout, application=app.name)
+        result = RenderedApplication(app.name, mode, output.objects, time.monotonic() - started,
+                                     (*warnings, *output.notes), output.confinement)
         if progress:
             progress(result)
         return result

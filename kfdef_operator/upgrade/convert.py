@@ -30,8 +30,9 @@ Old behaviour is kept by writing out, explicitly, every default that the success
   A CRD of a group reserved for Kubernetes (``*.k8s.io``, ``*.kubernetes.io``) without the
   ``api-approved.kubernetes.io`` annotation gets the value v1 accepts for an API that was never reviewed
   (``unapproved, ...``).
-* Every upgraded object loses ``initializers`` from its metadata and its (job and) pod templates' metadata: the
-  field was removed in Kubernetes 1.14 and the server refuses it.
+* Every object loses ``initializers`` from every ObjectMeta it carries (its own, its pod and job templates', its
+  volume claim templates'), served or not, each noted: the field was removed in Kubernetes 1.14 and the server
+  refuses it (Kubeflow v1.0.2's spark-operator Deployment has it in its pod template).
 * PodDisruptionBudget policy/v1beta1 -> v1: an empty selector matched no pods in v1beta1 but matches every pod of
   the namespace in v1; it is removed, because an absent selector matches no pods in both versions.
 * Ingress -> networking.k8s.io/v1: ``backend`` -> ``defaultBackend``, ``serviceName``/``servicePort`` ->
@@ -53,7 +54,7 @@ from __future__ import annotations
 import copy
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -1033,22 +1034,43 @@ def _convert(obj: JsonObject, target: str, convert: Conversion) -> _Converted | 
                                                 to_version=target, notes=notes))
 
 
-# Object metadata an upgraded object can carry: its own, its pod template's, a CronJob's job and pod templates'.
-_METADATA_PATHS = (("metadata",), ("spec", "template", "metadata"), ("spec", "jobTemplate", "metadata"),
-                   ("spec", "jobTemplate", "spec", "template", "metadata"))
+def _embedded_metadata(obj: JsonObject, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every ObjectMeta an object carries, with its path: its own, and those of the templates under its spec (pod
+    and job templates, nested as a CronJob nests them, and each of a StatefulSet's volume claim templates)."""
+    yield (*path, "metadata"), obj.get("metadata")
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for key in ("template", "jobTemplate"):
+        if isinstance(spec.get(key), dict):
+            yield from _embedded_metadata(spec[key], (*path, "spec", key))
+    claims = spec.get("volumeClaimTemplates")
+    for index, claim in enumerate(claims if isinstance(claims, list) else []):
+        if isinstance(claim, dict):
+            yield from _embedded_metadata(claim, (*path, "spec", f"volumeClaimTemplates[{index}]"))
 
 
 def _drop_initializers(obj: JsonObject) -> tuple[str, ...]:
-    """Removes ``initializers`` (an ObjectMeta field removed in Kubernetes 1.14) wherever object metadata sits."""
+    """Removes ``initializers`` (an ObjectMeta field removed in Kubernetes 1.14) from every ObjectMeta of ``obj``."""
     notes = []
-    for path in _METADATA_PATHS:
-        metadata: Any = obj
-        for step in path:
-            metadata = metadata.get(step) if isinstance(metadata, dict) else None
+    for path, metadata in list(_embedded_metadata(obj)):
         if isinstance(metadata, dict) and "initializers" in metadata:
             del metadata["initializers"]
             notes.append(f"{'.'.join(path)}.initializers dropped: the field was removed in Kubernetes 1.14")
     return tuple(notes)
+
+
+def _without_initializers(obj: JsonObject) -> _Converted | None:
+    """A served object that still carries ``initializers`` somewhere, as a copy without them (same API version);
+    None when it carries none."""
+    if not any(isinstance(meta, dict) and "initializers" in meta for _, meta in _embedded_metadata(obj)):
+        return None
+    cleaned = copy.deepcopy(obj)
+    notes = _drop_initializers(cleaned)
+    metadata = obj.get("metadata") or {}
+    return _Converted(cleaned, UpgradedObject(kind=obj.get("kind", ""), name=metadata.get("name", ""),
+                                              namespace=metadata.get("namespace"), from_version=obj["apiVersion"],
+                                              to_version=obj["apiVersion"], notes=notes))
 
 
 def _upgrade_one(obj: JsonObject, served: ServedPredicate) -> _Converted | UnservedObject:
@@ -1094,7 +1116,7 @@ def upgrade_objects(objects: list[JsonObject], served: ServedApis, policy: str =
     outcomes = {id(obj): _upgrade_one(obj, is_served) for obj in unserved}
     result = UpgradeResult(objects=[])
     for index, obj in enumerate(objects):
-        outcome = outcomes.get(id(obj), obj)
+        outcome = outcomes.get(id(obj)) or _without_initializers(obj) or obj
         if isinstance(outcome, UnservedObject):
             result.unserved.append(outcome)
             continue

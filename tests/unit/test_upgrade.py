@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -222,11 +223,30 @@ def test_renamed_webhooks_stay_fully_qualified_dns_names():
     assert all(len(name.split(".")[0]) <= 63 and name.endswith(".example.com") for name in names)
 
 
-def test_served_objects_keep_initializers_and_duplicates_untouched():
-    # Only upgraded objects are repaired; a served object reaches the server as written.
+def test_served_objects_lose_initializers_wherever_object_metadata_sits_each_noted():
+    """Kubeflow v1.0.2's spark-operator Deployment (apps/v1, served) has them in its pod template: the server
+    refuses the field everywhere, so every ObjectMeta an object embeds is cleaned, and only such objects change."""
     served = deployment()
     served["spec"]["template"]["metadata"]["initializers"] = {"pending": []}
-    assert upgrade_objects([served], SERVED_1_36).objects[0] is served
+    claims = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"}, "spec": {
+        "template": {"metadata": {}}, "volumeClaimTemplates": [
+            {"metadata": {"name": "data", "initializers": {"pending": []}}}]}}
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"}, "spec": {"jobTemplate": {
+        "metadata": {"initializers": {}}, "spec": {"template": {"metadata": {"initializers": {}}}}}}}
+    untouched = deployment()
+    result = upgrade_objects([served, claims, cron, untouched], SERVED_1_36)
+    assert result.objects[3] is untouched
+    assert all("initializers" not in json.dumps(obj) for obj in result.objects)
+    assert "initializers" in json.dumps(served), "the rendered object itself is not modified"
+    notes = {item.kind: item.notes for item in result.upgraded}
+    assert notes == {
+        "Deployment": ("spec.template.metadata.initializers dropped: the field was removed in Kubernetes 1.14",),
+        "StatefulSet": ("spec.volumeClaimTemplates[0].metadata.initializers dropped: the field was removed in "
+                        "Kubernetes 1.14",),
+        "CronJob": ("spec.jobTemplate.metadata.initializers dropped: the field was removed in Kubernetes 1.14",
+                    "spec.jobTemplate.spec.template.metadata.initializers dropped: the field was removed in "
+                    "Kubernetes 1.14")}
+    assert all(item.from_version == item.to_version for item in result.upgraded)
 
 
 def test_summary_counts_kinds():

@@ -17,6 +17,7 @@ type confinedFS struct {
 	disk     filesys.FileSystem
 	roots    []string // real paths, symlinks resolved
 	writable []string
+	v3       *v3Reader // kustomizations read as kustomize v3.2 read them (nil: as they are)
 }
 
 // errOutside is returned for every path outside the roots; its text names the path as kustomize asked for it.
@@ -136,7 +137,11 @@ func (c *confinedFS) ReadFile(path string) ([]byte, error) {
 	if err := c.readable(path); err != nil {
 		return nil, err
 	}
-	return c.disk.ReadFile(path)
+	data, err := c.disk.ReadFile(path)
+	if err != nil || c.v3 == nil {
+		return data, err
+	}
+	return c.v3.read(path, data), nil
 }
 
 func (c *confinedFS) ReadDir(path string) ([]string, error) {

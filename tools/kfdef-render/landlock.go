@@ -12,11 +12,11 @@ import (
 // granted below is denied.
 var landlockFsRights = []uint64{
 	0,
-	1<<13 - 1,  // v1: execute, write, read file and directory, remove, make any kind of file
-	1<<14 - 1,  // v2: refer (link or rename across directories)
-	1<<15 - 1,  // v3: truncate
-	1<<15 - 1,  // v4: network rights only
-	1<<16 - 1,  // v5: ioctl on devices
+	1<<13 - 1, // v1: execute, write, read file and directory, remove, make any kind of file
+	1<<14 - 1, // v2: refer (link or rename across directories)
+	1<<15 - 1, // v3: truncate
+	1<<15 - 1, // v4: network rights only
+	1<<16 - 1, // v5: ioctl on devices
 }
 
 const landlockRead = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR

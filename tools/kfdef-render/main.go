@@ -7,10 +7,11 @@
 //
 //	kfdef-render version
 //	kfdef-render build --root DIR [--root DIR]... [--load-restrictor LoadRestrictionsRootOnly|LoadRestrictionsNone]
-//	                   [--allow-remote] [--no-landlock] PATH
+//	                   [--allow-remote] [--no-landlock] [--kustomize-v3] PATH
 //
-// build writes one JSON object to stdout: {"confinement": "...", "objects": [...]}, objects in kustomize's output
-// order. On failure it writes "Error: ..." to stderr first, then kustomize's warnings, and exits 1. Exit code 2 is
+// --kustomize-v3 reads the tree's kustomizations and transformer configurations as kfctl's kustomize v3.2 read
+// them (v3compat.go). build writes one JSON object to stdout: {"confinement": "...", "notes": [...],
+// "objects": [...]}, objects in kustomize's output order, notes naming each field dropped for v3.2. On failure it writes "Error: ..." to stderr first, then kustomize's warnings, and exits 1. Exit code 2 is
 // a usage error.
 package main
 
@@ -18,6 +19,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,7 +61,7 @@ func main() {
 
 func usage(problem string) {
 	fmt.Fprintf(os.Stderr, "kfdef-render: %s\nusage: kfdef-render version | kfdef-render build --root DIR... "+
-		"[--load-restrictor R] [--allow-remote] [--no-landlock] PATH\n", problem)
+		"[--load-restrictor R] [--allow-remote] [--no-landlock] [--kustomize-v3] PATH\n", problem)
 	os.Exit(2)
 }
 
@@ -70,6 +72,7 @@ func build(args []string) int {
 	restrictor := flags.String("load-restrictor", types.LoadRestrictionsRootOnly.String(), "kustomize's load restrictor")
 	allowRemote := flags.Bool("allow-remote", false, "let kustomize fetch remote bases and URLs")
 	noLandlock := flags.Bool("no-landlock", false, "do not ask the kernel for Landlock")
+	v3 := flags.Bool("kustomize-v3", false, "read kustomizations as kustomize v3.2 did (kfctl's trees)")
 	if err := flags.Parse(args); err != nil || flags.NArg() != 1 || len(roots) == 0 {
 		usage("build needs at least one --root and exactly one PATH")
 	}
@@ -96,6 +99,9 @@ func build(args []string) int {
 	if err != nil {
 		return fail(err, &warnings)
 	}
+	if *v3 {
+		fsys.v3 = newV3Reader()
+	}
 	confinement := "network refused in process"
 	if *allowRemote {
 		confinement = "remote bases allowed"
@@ -118,7 +124,12 @@ func build(args []string) int {
 		return fail(err, &warnings)
 	}
 	out := bufio.NewWriterSize(os.Stdout, 1<<20)
-	fmt.Fprintf(out, `{"confinement":%q,"objects":[`, confinement)
+	notes := []string{}
+	if fsys.v3 != nil {
+		notes = append(notes, fsys.v3.notes...)
+	}
+	encodedNotes, _ := json.Marshal(notes)
+	fmt.Fprintf(out, `{"confinement":%q,"notes":%s,"objects":[`, confinement, encodedNotes)
 	for i, resource := range resources.Resources() {
 		data, err := resource.MarshalJSON()
 		if err != nil {
