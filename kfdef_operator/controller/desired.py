@@ -23,7 +23,7 @@ from kfdef_operator.api.names import DIGEST_ANNOTATION
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.changeset import Action, Change
 from kfdef_operator.ssa.claims import Ownership
-from kfdef_operator.ssa.discovery import Discovery, Resource
+from kfdef_operator.ssa.discovery import Discovery, Resource, provider_of
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of, split_api_version
 from kfdef_operator.ssa.normalize import normalize
 from kfdef_operator.upgrade.convert import UpgradeResult, upgrade_objects
@@ -124,9 +124,18 @@ def desire(kfdef: KfDef, objects: list[tuple[str, JSON]], discovery: Discovery, 
                             discovery, default_namespace=kfdef.namespace, namespaces=namespaces)
     desired.rejected.extend(
         Change(ObjectRef(split_api_version(u.api_version)[0], u.kind, u.namespace or "", u.name), Action.FAILED,
-               f"{u.api_version} is not served by this cluster and cannot be converted: {u.reason}")
-        for u in upgraded.unserved)
+               _unserved_message(u.api_version, u.reason)) for u in upgraded.unserved)
     return desired, upgraded
+
+
+def _unserved_message(api_version: str, reason: str) -> str:
+    """Why an object of an unserved version is not applied: what usually serves its group when the operator knows
+    (a distribution's OpenShift or OLM kinds), else why it was not converted."""
+    group = split_api_version(api_version)[0]
+    provider = provider_of(group)
+    if provider is not None:
+        return f"{api_version} is not served by this cluster: the API group {group} is usually provided by {provider}"
+    return f"{api_version} is not served by this cluster and cannot be converted: {reason}"
 
 
 def is_run_once(obj: JSON) -> bool:

@@ -451,10 +451,14 @@ class Reconciler:
                                                 render_dir(self.settings.work_dir, *stack.key))
         except (RenderError, KustomizeError) as error:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
+        await self.discovery.refresh_unless_served({(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+                                                    for app in rendered for obj in app.objects})
         desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
         stack.reported.update(
             sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
-            reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()])
+            reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()],
+            warnings=[cond.truncate(f"application {app.name!r}: {warning}", 512)
+                      for app in rendered for warning in app.warnings][:cond.MAX_FAILURES_LISTED])
         return desired, upgraded
 
     def _targets(self, stacks: Iterable[Stack]) -> set[WatchTarget]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kfdef_operator.api.types import JSON
@@ -21,11 +22,34 @@ _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryL
 _MIN_REFRESH_INTERVAL_S = 1.0
 
 
+#: Who usually serves an API group that distribution trees use and plain clusters lack (suffix match).
+_PROVIDERS = {
+    ".openshift.io": "OpenShift itself (its own API server serves it; this cluster is not OpenShift)",
+    "operators.coreos.com": "the Operator Lifecycle Manager (OLM): install OLM on the cluster first",
+    "monitoring.coreos.com": "the Prometheus Operator: install it (or kube-prometheus) first",
+    "cert-manager.io": "cert-manager: install it first",
+    "istio.io": "Istio: install it first",
+    "knative.dev": "Knative: install it first",
+}
+
+
+def provider_of(group: str) -> str | None:
+    """What usually serves ``group`` (``route.openshift.io``: OpenShift), or None when the operator does not know."""
+    for suffix, provider in _PROVIDERS.items():
+        if group == suffix.lstrip(".") or group.endswith(suffix if suffix.startswith(".") else "." + suffix):
+            return provider
+    return None
+
+
 class UnknownKind(LookupError):
     """The API server serves no resource for this apiVersion and kind."""
 
     def __init__(self, api_version: str, kind: str) -> None:
-        super().__init__(f"the API server does not serve {kind} in {api_version} (is its CRD installed?)")
+        group = api_version.rpartition("/")[0]
+        provider = provider_of(group)
+        hint = (f"the API group {group} is usually provided by {provider}" if provider
+                else "is its CRD installed?")
+        super().__init__(f"the API server does not serve {kind} in {api_version} ({hint})")
         self.api_version = api_version
         self.kind = kind
 
@@ -107,6 +131,17 @@ class Discovery:
         if found is None:
             raise UnknownKind(api_version, kind)
         return found
+
+    async def refresh_unless_served(self, kinds: Iterable[tuple[str, str]]) -> None:
+        """Refresh once (at most every second) when one of these (apiVersion, kind) pairs is not served as far as
+        the cache knows: a CRD installed since, by someone else, serves it now."""
+        if all(pair in self._resources for pair in kinds):
+            return
+        async with self._lock:
+            wait = _MIN_REFRESH_INTERVAL_S - (time.monotonic() - self._refreshed_at)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self.refresh()
 
     async def resource_for_ref(self, ref: ObjectRef, version: str) -> Resource:
         """Resource of an inventory entry; falls back to the preferred version if that one is gone."""

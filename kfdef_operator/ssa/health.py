@@ -120,6 +120,30 @@ def _apiservice(obj: JSON) -> Health:
     return Health(State.PROGRESSING, f"not Available: {cond.get('message', 'no status yet')}")
 
 
+def _subscription(obj: JSON) -> Health:
+    """An OLM Subscription is ready once its operator is installed at the latest version its channel knows."""
+    state = (obj.get("status") or {}).get("state") or "no state yet"
+    if state == "AtLatestKnown":
+        return READY
+    failed = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                   if c.get("type") in ("ResolutionFailed", "CatalogSourcesUnhealthy") and c.get("status") == "True"),
+                  None)
+    if failed is not None:
+        return Health(State.FAILED, f"{failed.get('type')}: {failed.get('message', '')}")
+    return Health(State.PROGRESSING, f"state {state} (ready at AtLatestKnown)")
+
+
+def _cluster_service_version(obj: JSON) -> Health:
+    """An OLM ClusterServiceVersion is ready when its install Succeeded."""
+    status = obj.get("status") or {}
+    phase = status.get("phase") or "no phase yet"
+    if phase == "Succeeded":
+        return READY
+    if phase == "Failed":
+        return Health(State.FAILED, f"install failed: {status.get('reason', '')} {status.get('message', '')}".strip())
+    return Health(State.PROGRESSING, f"phase {phase} (ready at Succeeded)")
+
+
 _ASSESSORS: dict[tuple[str, str], Callable[[JSON], Health]] = {
     ("apps", "Deployment"): _deployment,
     ("apps", "StatefulSet"): _replicas_ready,
@@ -128,6 +152,8 @@ _ASSESSORS: dict[tuple[str, str], Callable[[JSON], Health]] = {
     ("batch", "Job"): _job,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): _crd,
     ("apiregistration.k8s.io", "APIService"): _apiservice,
+    ("operators.coreos.com", "Subscription"): _subscription,
+    ("operators.coreos.com", "ClusterServiceVersion"): _cluster_service_version,
 }
 
 

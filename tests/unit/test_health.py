@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kfdef_operator.ssa.discovery import UnknownKind, provider_of
 from kfdef_operator.ssa.health import CRD_CLEANUP_FAILED, READY, State, assess, has_health
 
 
@@ -183,3 +184,28 @@ def test_has_health(group, kind):
 def test_assess_tolerates_missing_metadata_and_status():
     assert assess({"apiVersion": "v1", "kind": "ConfigMap"}) == READY
     assert assess({"apiVersion": "batch/v1", "kind": "Job"}).state is State.PROGRESSING
+
+
+@pytest.mark.parametrize(("status", "state"), [
+    ({}, State.PROGRESSING), ({"state": "UpgradePending"}, State.PROGRESSING),
+    ({"state": "AtLatestKnown"}, State.READY),
+    ({"conditions": [{"type": "ResolutionFailed", "status": "True", "message": "no catalog"}]}, State.FAILED)])
+def test_an_olm_subscription_is_ready_at_latest_known(status, state):
+    obj = {"apiVersion": "operators.coreos.com/v1alpha1", "kind": "Subscription", "metadata": {"name": "s"},
+           "status": status}
+    assert assess(obj).state is state
+
+
+@pytest.mark.parametrize(("phase", "state"), [
+    (None, State.PROGRESSING), ("Installing", State.PROGRESSING), ("Succeeded", State.READY), ("Failed", State.FAILED)])
+def test_an_olm_cluster_service_version_is_ready_when_succeeded(phase, state):
+    obj = {"apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion", "metadata": {"name": "c"},
+           "status": {"phase": phase} if phase else {}}
+    assert assess(obj).state is state
+
+
+def test_a_kind_of_a_distribution_group_names_what_provides_it():
+    assert "provided by OpenShift itself" in str(UnknownKind("route.openshift.io/v1", "Route"))
+    assert "Operator Lifecycle Manager" in str(UnknownKind("operators.coreos.com/v1", "OperatorGroup"))
+    assert "is its CRD installed?" in str(UnknownKind("example.com/v1", "Thing"))
+    assert provider_of("notopenshift.io") is None
