@@ -1,6 +1,8 @@
 """Trees written for kfctl's kustomize v3.2 (Open Data Hub's odh-manifests and the forks built the same way) are
-read as v3.2 read them in legacy and stacks mode: unknown fields of kustomizations and transformer configurations
-are dropped, each noted once with its repository path; plain mode stays exactly ``kustomize build`` (issue 24)."""
+read as v3.2 read them in legacy and stacks mode (issue 24): unknown fields of transformer configurations are
+dropped (v3.2 ignored them), as are kustomization fields v3.2 knew and v5 removed, each noted once with its
+repository path; a kustomization field v3.2 did not know fails as it failed there; plain mode stays exactly
+``kustomize build``."""
 
 from __future__ import annotations
 
@@ -87,11 +89,22 @@ def test_unknown_fields_are_dropped_as_v3_2_did_and_each_is_noted(mode, tmp_path
     assert objects["Deployment"]["spec"]["template"]["metadata"]["labels"]["opendatahub.io/component"] == "true"
     assert objects["RoleBinding"]["subjects"][0]["name"] == "odh"
     prefix = "manifests:odh-common/base/"
-    dropped = sorted(note.split(" dropped")[0] for note in app.warnings if "kustomize v3.2 ignored" in note)
+    dropped = sorted(note.split(" dropped")[0] for note in app.warnings if "kustomize v3.2" in note)
     assert dropped == [f"{prefix}kustomization.yaml: inventory",
                        f"{prefix}params.yaml: commonLabels[0].apiGroup",
                        f"{prefix}params.yaml: nameReference[0].fieldSpecs[0].apiVersion"], app.warnings
     assert not any(str(tmp_path) in note for note in app.warnings)
+
+
+def test_a_kustomization_field_v3_2_did_not_know_either_fails_naming_the_file(tmp_path):
+    root = tmp_path / "odh-manifests"
+    source = odh_repo(root, root / "odh-common" / "base")
+    (root / "odh-common" / "base" / "kustomization.yaml").write_text(KUSTOMIZATION + "vaultSecretsGenerator: []\n")
+    with pytest.raises(RenderError) as refused:
+        render(kfdef("odh-common"), {"manifests": source}, tmp_path / "work")
+    message = str(refused.value)
+    assert 'Error: manifests:odh-common/base/kustomization.yaml: invalid Kustomization: json: unknown field ' \
+           '"vaultSecretsGenerator"' in message, message
 
 
 def test_plain_mode_stays_exactly_kustomize_build(tmp_path):

@@ -18,6 +18,8 @@ type confinedFS struct {
 	roots    []string // real paths, symlinks resolved
 	writable []string
 	v3       *v3Reader // kustomizations read as kustomize v3.2 read them (nil: as they are)
+	// lastKustomization is the kustomization file read last: kustomize names none in its decoding errors.
+	lastKustomization string
 }
 
 // errOutside is returned for every path outside the roots; its text names the path as kustomize asked for it.
@@ -138,6 +140,9 @@ func (c *confinedFS) ReadFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	data, err := c.disk.ReadFile(path)
+	if isKustomizationFile(path) {
+		c.lastKustomization = path
+	}
 	if err != nil || c.v3 == nil {
 		return data, err
 	}

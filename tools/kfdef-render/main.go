@@ -121,6 +121,11 @@ func build(args []string) int {
 
 	resources, err := krusty.MakeKustomizer(options).Run(fsys, flags.Arg(0))
 	if err != nil {
+		// A kustomization that does not decode fails the build right after it is read; kustomize names none, and
+		// wraps the cause in the accumulation chain that led there. The cause first, with its file.
+		if cause := strings.Index(err.Error(), "invalid Kustomization"); cause >= 0 && fsys.lastKustomization != "" {
+			err = fmt.Errorf("%s: %s", fsys.lastKustomization, err.Error()[cause:])
+		}
 		return fail(err, &warnings)
 	}
 	out := bufio.NewWriterSize(os.Stdout, 1<<20)

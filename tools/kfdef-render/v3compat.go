@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 
@@ -14,10 +15,17 @@ import (
 )
 
 // v3Reader hands kustomize v5 the kustomizations and transformer configurations of a tree written for kfctl's
-// kustomize v3.2 in the form v5 accepts, with the meaning v3.2 gave them. v3.2 decoded both with encoding/json
-// without refusing unknown fields (keys matched case-insensitively, as v5 still does); v5 refuses unknown fields.
-// Here each file is decoded into kustomize's own types the v3.2 way, and when that dropped a field the file is
-// handed over re-encoded, and the field is noted. A file v5 reads as it is reaches it unchanged.
+// kustomize v3.2 in the form v5 accepts, with the meaning v3.2 gave them (sigs.k8s.io/kustomize/v3 v3.2.0):
+//
+//   - transformer configurations: v3.2 decoded them without refusing unknown fields
+//     (pkg/transformers/config/factory.go, yaml.Unmarshal), v5 refuses them (builtinconfig, UnmarshalStrict). They
+//     are decoded here into kustomize's own field types the v3.2 way, unknown fields dropped.
+//   - kustomizations: v3.2 refused unknown fields too (pkg/target/kusttarget.go, DisallowUnknownFields), but knew
+//     fields v5 no longer has: those of v3Kustomization beyond v5's own type. They are dropped; a field neither
+//     knew is left for v5 to refuse, as v3.2 refused it.
+//
+// When a file loses a field it is handed over re-encoded, and the field is noted; a file v5 reads as it is
+// reaches it unchanged.
 type v3Reader struct {
 	configurations map[string]bool // transformer configurations named by the kustomizations read so far
 	notes          []string
@@ -26,6 +34,13 @@ type v3Reader struct {
 
 func newV3Reader() *v3Reader {
 	return &v3Reader{configurations: map[string]bool{}, noted: map[string]bool{}}
+}
+
+// v3Kustomization is kustomize v5's kustomization with the fields of v3.2's that v5 removed.
+type v3Kustomization struct {
+	types.Kustomization `json:",inline"`
+	// Inventory recorded the objects of a build for kustomize's pruning (removed in v4).
+	Inventory any `json:"inventory,omitempty"`
 }
 
 // v3TransformerConfig mirrors kustomize's transformer configuration (api/internal/plugins/builtinconfig, which
@@ -65,28 +80,84 @@ func (r *v3Reader) read(path string, data []byte) []byte {
 	clean := filepath.Clean(absolute(path))
 	switch {
 	case isKustomizationFile(clean):
-		var kustomization types.Kustomization
-		out, ok := r.decode(clean, "kustomization", data, &kustomization)
-		for _, configuration := range kustomization.Configurations {
+		out, configurations := r.kustomization(clean, data)
+		for _, configuration := range configurations {
 			if !filepath.IsAbs(configuration) {
 				configuration = filepath.Join(filepath.Dir(clean), configuration)
 			}
 			r.configurations[filepath.Clean(configuration)] = true
 		}
-		if ok {
-			return out
-		}
+		return out
 	case r.configurations[clean]:
 		var config v3TransformerConfig
-		if out, ok := r.decode(clean, "transformer configuration", data, &config); ok {
+		if out, ok := r.decode(clean, data, &config); ok {
 			return out
 		}
 	}
 	return data
 }
 
-// decode reads data into target as v3.2 did; it returns the re-encoded file and true when that dropped fields.
-func (r *v3Reader) decode(path, what string, data []byte, target any) ([]byte, bool) {
+// kustomization returns the kustomization at path as v5 takes it (without the fields only v3.2 knew, each noted)
+// and the transformer configurations it names.
+func (r *v3Reader) kustomization(path string, data []byte) ([]byte, []string) {
+	asJSON, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return data, nil // kustomize reports it
+	}
+	var written map[string]any
+	if json.Unmarshal(asJSON, &written) != nil {
+		return data, nil
+	}
+	var configurations []string
+	if names, ok := lookupFold(written, "configurations"); ok {
+		for _, name := range asList(names) {
+			if text, ok := name.(string); ok {
+				configurations = append(configurations, text)
+			}
+		}
+	}
+	var dropped []string
+	for _, only := range v3OnlyKustomizationFields() {
+		for key := range written {
+			if strings.EqualFold(key, only) {
+				delete(written, key)
+				dropped = append(dropped, key)
+			}
+		}
+	}
+	if len(dropped) == 0 {
+		return data, configurations
+	}
+	sort.Strings(dropped)
+	r.note(path, dropped, "the kustomization: kustomize v3.2 knew this field (kfctl never used it), v5 removed it")
+	encoded, err := json.Marshal(written)
+	if err != nil {
+		return data, configurations
+	}
+	return encoded, configurations
+}
+
+// v3OnlyKustomizationFields are the JSON names of v3Kustomization's own fields (beyond v5's type).
+func v3OnlyKustomizationFields() []string {
+	var names []string
+	kind := reflect.TypeOf(v3Kustomization{})
+	for index := 0; index < kind.NumField(); index++ {
+		field := kind.Field(index)
+		if !field.Anonymous {
+			names = append(names, strings.Split(field.Tag.Get("json"), ",")[0])
+		}
+	}
+	return names
+}
+
+func asList(value any) []any {
+	list, _ := value.([]any)
+	return list
+}
+
+// decode reads data into target as v3.2 did (unknown fields ignored); it returns the re-encoded file and true
+// when that dropped fields.
+func (r *v3Reader) decode(path string, data []byte, target any) ([]byte, bool) {
 	asJSON, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, false // kustomize reports it
@@ -108,15 +179,19 @@ func (r *v3Reader) decode(path, what string, data []byte, target any) ([]byte, b
 	if len(dropped) == 0 {
 		return nil, false
 	}
-	for _, field := range dropped {
-		note := fmt.Sprintf("%s: %s dropped from the %s: kustomize v3.2 ignored this field, v5 refuses it",
-			path, field, what)
+	r.note(path, dropped, "the transformer configuration: kustomize v3.2 ignored this field, v5 refuses it")
+	return encoded, true
+}
+
+// note records each dropped field of the file at path once.
+func (r *v3Reader) note(path string, fields []string, why string) {
+	for _, field := range fields {
+		note := fmt.Sprintf("%s: %s dropped from %s", path, field, why)
 		if !r.noted[note] {
 			r.noted[note] = true
 			r.notes = append(r.notes, note)
 		}
 	}
-	return encoded, true
 }
 
 // droppedFields appends to out the paths of the non-empty values in written that kept has no key for (keys
