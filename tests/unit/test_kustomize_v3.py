@@ -114,3 +114,30 @@ def test_plain_mode_stays_exactly_kustomize_build(tmp_path):
         render(kfdef("odh-common"), {"manifests": source}, tmp_path / "work")
     assert str(tmp_path) not in str(refused.value)
     assert "Warning" not in str(refused.value)  # kustomize's deprecation notes never come before (or with) the error
+
+
+@pytest.mark.parametrize("mode", ["legacy", "stacks"])
+def test_a_namespace_field_spec_reaching_a_list_leaves_it_as_v3_2_did(mode, tmp_path):
+    """odh-manifests' ``namespace: [{path: spec/targetNamespaces, kind: OperatorGroup}]``: v3.2 left the list as
+    written, v5 refuses it ("namespace field specs must target scalar nodes")."""
+    root = tmp_path / "odh-manifests"
+    package = root / "odh-common" / "base"
+    package.mkdir(parents=True)
+    (package / "kustomization.yaml").write_text("namespace: opendatahub\nresources: [og.yaml]\n"
+                                                "configurations: [params.yaml]\n")
+    (package / "params.yaml").write_text("namespace:\n- path: spec/targetNamespaces\n  kind: OperatorGroup\n"
+                                         "  apiGroup: operators.coreos.com\n  create: true\n")
+    (package / "og.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup", "metadata": {"name": "odh"},
+        "spec": {"targetNamespaces": ["opendatahub", "odh-apps"]}}))
+    (root / "common").mkdir()
+    (root / "common" / "kustomization.yaml").write_text("resources: []\n")
+    source = ResolvedSource("manifests", str(root), root, "r1")
+    kf = kfdef("odh-common" if mode == "legacy" else "odh-common/base", stacks=mode == "stacks")
+    [app, *_] = render(kf, {"manifests": source}, tmp_path / "work")
+    [group] = app.objects
+    assert group["spec"]["targetNamespaces"] == ["opendatahub", "odh-apps"]
+    # legacy: kfctl's generated kustomization sets the KfDef's namespace over the package's (reference 5.1)
+    assert group["metadata"]["namespace"] == ("odh" if mode == "legacy" else "opendatahub")
+    assert any("namespace fieldSpec spec/targetNamespaces of OperatorGroup dropped" in note and
+               "manifests:odh-common/base/params.yaml" in note for note in app.warnings), app.warnings

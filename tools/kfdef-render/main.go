@@ -36,6 +36,9 @@ import (
 	"sigs.k8s.io/kustomize/api/types"
 )
 
+// maxBuildAttempts bounds the builds of one tree read as v3.2 (one more per namespace fieldSpec found on a list).
+const maxBuildAttempts = 16
+
 // kustomizeRelease is the kustomize CLI release whose API this program is built on; set by the build script.
 var kustomizeRelease = "unknown"
 
@@ -120,6 +123,10 @@ func build(args []string) int {
 	}
 
 	resources, err := krusty.MakeKustomizer(options).Run(fsys, flags.Arg(0))
+	// Read as v3.2 did, a namespace fieldSpec reaching a list leaves it as it is: build again without it.
+	for attempt := 0; err != nil && fsys.v3 != nil && attempt < maxBuildAttempts && fsys.v3.skipListNamespaceSpec(err); attempt++ {
+		resources, err = krusty.MakeKustomizer(options).Run(fsys, flags.Arg(0))
+	}
 	if err != nil {
 		// A kustomization that does not decode fails the build right after it is read; kustomize names none, and
 		// wraps the cause in the accumulation chain that led there. The cause first, with its file.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -30,10 +31,49 @@ type v3Reader struct {
 	configurations map[string]bool // transformer configurations named by the kustomizations read so far
 	notes          []string
 	noted          map[string]bool
+	// listNamespaceSpecs holds "Kind|path" of namespace fieldSpecs found to reach a list (see skipListNamespaceSpec).
+	listNamespaceSpecs map[string]bool
 }
 
 func newV3Reader() *v3Reader {
-	return &v3Reader{configurations: map[string]bool{}, noted: map[string]bool{}}
+	return &v3Reader{configurations: map[string]bool{}, noted: map[string]bool{}, listNamespaceSpecs: map[string]bool{}}
+}
+
+var nonScalarNamespaceSpec = regexp.MustCompile(
+	`namespace field specs must target scalar nodes: considering field '([^']+)' of object ([A-Za-z0-9]+)\.`)
+
+// skipListNamespaceSpec reads a failed build's error: a namespace fieldSpec of a transformer configuration that
+// reaches a list (an OperatorGroup's spec/targetNamespaces). v3.2 left such a value as it was (its namespace
+// transformer changes strings and the default ServiceAccount's subjects only); v5 refuses it. It returns true when
+// the fieldSpec is new, so that a build without it is worth trying.
+func (r *v3Reader) skipListNamespaceSpec(err error) bool {
+	found := nonScalarNamespaceSpec.FindStringSubmatch(err.Error())
+	if found == nil {
+		return false
+	}
+	key := found[2] + "|" + found[1]
+	if r.listNamespaceSpecs[key] {
+		return false
+	}
+	r.listNamespaceSpecs[key] = true
+	return true
+}
+
+// withoutListNamespaceSpecs removes from config the namespace fieldSpecs known to reach a list; true if it did.
+func (r *v3Reader) withoutListNamespaceSpecs(path string, config *v3TransformerConfig) bool {
+	kept := config.NameSpace[:0]
+	var removed []string
+	for _, spec := range config.NameSpace {
+		if r.listNamespaceSpecs[spec.Kind+"|"+spec.Path] {
+			removed = append(removed, fmt.Sprintf("namespace fieldSpec %s of %s", spec.Path, spec.Kind))
+			continue
+		}
+		kept = append(kept, spec)
+	}
+	config.NameSpace = kept
+	r.note(path, removed, "the transformer configuration: it reaches a list, which kustomize v3.2 left as it "+
+		"was and v5 refuses")
+	return len(removed) > 0
 }
 
 // v3Kustomization is kustomize v5's kustomization with the fields of v3.2's that v5 removed.
@@ -90,7 +130,13 @@ func (r *v3Reader) read(path string, data []byte) []byte {
 		return out
 	case r.configurations[clean]:
 		var config v3TransformerConfig
-		if out, ok := r.decode(clean, data, &config); ok {
+		out, dropped := r.decode(clean, data, &config)
+		if r.withoutListNamespaceSpecs(clean, &config) {
+			if encoded, err := json.Marshal(config); err == nil {
+				return encoded
+			}
+		}
+		if dropped {
 			return out
 		}
 	}
