@@ -100,7 +100,8 @@ class WorkQueue:
             if wait > 0:
                 wake.clear()
                 try:
-                    await asyncio.wait_for(wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await wake.wait()
                 except TimeoutError:
                     pass
                 continue

@@ -210,9 +210,12 @@ class LeaseElector:
         return max(min(expires_in + random.uniform(0.0, 0.05), retry), 0.0)
 
     async def _wait_for_change(self, timeout: float) -> None:
+        # asyncio.timeout, never asyncio.wait_for: on Python 3.11 wait_for can swallow a cancellation that arrives as
+        # the awaited thing completes (CPython gh-86296), and stop() then waited for ever (a hang seen in the suite).
         self._changed.clear()
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
         except TimeoutError:
             pass
 
@@ -225,7 +228,8 @@ class LeaseElector:
                 if remaining <= 0:
                     return f"the lease was not renewed within the renew deadline ({self.config.renew_deadline:g}s)"
                 try:
-                    renewed = await asyncio.wait_for(self._try_acquire_or_renew(), remaining)
+                    async with asyncio.timeout(remaining):
+                        renewed = await self._try_acquire_or_renew()
                 except TimeoutError:
                     return f"renewing the lease took longer than the renew deadline ({self.config.renew_deadline:g}s)"
                 except Exception as error:  # retried until the deadline

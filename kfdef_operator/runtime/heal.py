@@ -262,7 +262,8 @@ class Healer:
                 return
             timeout = max(min(req.not_before for req in pending.values()) - now, 0.01)
             try:
-                await asyncio.wait_for(wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await wake.wait()
             except TimeoutError:
                 pass
 

@@ -71,7 +71,8 @@ class Tracker:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(ref, []).append(waiter)
         try:
-            await asyncio.wait_for(waiter, timeout)
+            async with asyncio.timeout(timeout):
+                await waiter
         except TimeoutError:
             pass
         finally:
@@ -99,7 +100,8 @@ class Tracker:
                     self._run(resource, namespace), name=f"watch {resource.plural} {namespace or '(all namespaces)'}")
             keys.append(key)
         if keys:
-            await asyncio.wait_for(asyncio.gather(*(self._wait_synced(key) for key in keys)), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*(self._wait_synced(key) for key in keys))
 
     async def _wait_synced(self, key: _Key) -> None:
         if key in self._refused:
