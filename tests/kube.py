@@ -15,10 +15,12 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], *, timeout: float = 60.0, what: str = "condition") -> T:
-    """Poll ``check`` until it returns a truthy value; fail with ``what`` after ``timeout`` seconds."""
+def wait_for(check: Callable[[], T], *, timeout: float = 60.0, what: str = "condition",
+             max_delay: float = 0.5) -> T:
+    """Poll ``check`` until it returns a truthy value; fail with ``what`` after ``timeout`` seconds. The pause
+    between polls grows from 20 ms to ``max_delay``: keep that small where the moment of success matters."""
     deadline = time.monotonic() + timeout
-    delay = 0.02
+    delay = min(0.02, max_delay)
     last_error: Exception | None = None
     while True:
         try:
@@ -31,7 +33,7 @@ def wait_for(check: Callable[[], T], *, timeout: float = 60.0, what: str = "cond
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
                                  + (f" (last error: {last_error})" if last_error else ""))
         time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+        delay = min(delay * 1.5, max_delay)
 
 
 class Kube:
