@@ -57,13 +57,13 @@ def deployment(name: str, namespace: str | None = None, replicas: int = 1,
                      "spec": {"containers": [{"name": "main", "image": image}]}}}}
 
 
-def crd(group: str, kind: str) -> JSON:
+def crd(group: str, kind: str, version: str = "v1") -> JSON:
     plural = kind.lower() + "s"
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.{group}"},
             "spec": {"group": group, "scope": "Namespaced",
                      "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "versions": [{"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                          "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 

@@ -42,7 +42,7 @@ from kfdef_operator.api.types import JSON
 from kfdef_operator.build.cache import RenderCache
 from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.build.kustomize import KustomizeError
-from kfdef_operator.build.render import RenderError
+from kfdef_operator.build.render import RenderedApplication, RenderError
 from kfdef_operator.build.workspace import render_dir
 from kfdef_operator.controller.desired import DesiredState, applied_digest, desire, is_run_once, kept_absent
 from kfdef_operator.controller.heartbeat import Liveness
@@ -111,6 +111,16 @@ class Fail(Exception):
 def backoff(attempt: int, base: float = 5.0, cap: float = 600.0) -> float:
     """Seconds before retry ``attempt`` (0-based): ``base`` doubling up to ``cap``."""
     return min(base * 2.0 ** min(max(attempt, 0), 32), cap)
+
+
+def _kinds_served_elsewhere(rendered: Iterable[RenderedApplication]) -> set[tuple[str, str]]:
+    """The (apiVersion, kind) pairs of the rendered objects that no CRD among them defines: if the cluster serves
+    them, something else installed their API (the stack's own custom resources wait for their CRDs instead)."""
+    objects = [obj for app in rendered for obj in app.objects]
+    own = {(crd.get("spec", {}).get("group"), (crd.get("spec", {}).get("names") or {}).get("kind"))
+           for crd in objects if crd.get("kind") == "CustomResourceDefinition" and isinstance(crd.get("spec"), dict)}
+    return {(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))) for obj in objects
+            if (str(obj.get("apiVersion", "")).rpartition("/")[0], obj.get("kind")) not in own}
 
 
 def jittered(seconds: float, fraction: float = 0.1) -> float:
@@ -451,8 +461,7 @@ class Reconciler:
                                                 render_dir(self.settings.work_dir, *stack.key))
         except (RenderError, KustomizeError) as error:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
-        await self.discovery.refresh_unless_served({(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
-                                                    for app in rendered for obj in app.objects})
+        await self.discovery.refresh_unless_served(_kinds_served_elsewhere(rendered))
         desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
         stack.reported.update(
             sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],

@@ -89,6 +89,7 @@ class Discovery:
         self._resources: dict[tuple[str, str], Resource] = {}
         self._preferred: dict[tuple[str, str], str] = {}  # (group, kind) -> preferred version
         self._refreshed_at = 0.0
+        self._checked_at = 0.0  # the last refresh_unless_served
         self._lock = asyncio.Lock()
 
     async def refresh(self) -> None:
@@ -133,14 +134,16 @@ class Discovery:
         return found
 
     async def refresh_unless_served(self, kinds: Iterable[tuple[str, str]]) -> None:
-        """Refresh once (at most every second) when one of these (apiVersion, kind) pairs is not served as far as
-        the cache knows: a CRD installed since, by someone else, serves it now."""
-        if all(pair in self._resources for pair in kinds):
+        """Refresh when one of these (apiVersion, kind) pairs is not served as far as the cache knows: a CRD that
+        someone else installed since may serve it now. At most once a second, and never waiting for that: a caller
+        within the second uses the cache (its next retry refreshes), so reconciles of many KfDefs never queue here,
+        and the lookups of an apply (:meth:`resource`) keep their own pace."""
+        if all(pair in self._resources for pair in kinds) or self._lock.locked():
+            return
+        if time.monotonic() - self._checked_at < _MIN_REFRESH_INTERVAL_S:
             return
         async with self._lock:
-            wait = _MIN_REFRESH_INTERVAL_S - (time.monotonic() - self._refreshed_at)
-            if wait > 0:
-                await asyncio.sleep(wait)
+            self._checked_at = time.monotonic()
             await self.refresh()
 
     async def resource_for_ref(self, ref: ObjectRef, version: str) -> Resource:

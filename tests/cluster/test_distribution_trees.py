@@ -18,38 +18,17 @@ import yaml
 from kfdef_operator.api.names import REQUESTED_AT_ANNOTATION
 from tests.cluster.conftest import KFDEF_API, kfdef_status
 from tests.kube import wait_for
+from tests.stacks import crd
+from tests.unit.test_kustomize_v3 import PARAMS  # odh-manifests' transformer configuration
 
 pytestmark = pytest.mark.cluster
 
 OLM = "operators.coreos.com"
-PARAMS = """\
-commonLabels:
-- path: spec/template/metadata/labels
-  kind: Deployment
-  apiGroup: apps
-  create: true
-nameReference:
-- kind: ServiceAccount
-  fieldSpecs:
-  - path: subjects/name
-    kind: RoleBinding
-    apiVersion: rbac.authorization.k8s.io/v1
-"""
 
 
 def _write(path, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
-
-
-def _olm_crd(kind: str, version: str) -> dict:
-    plural = kind.lower() + "s"
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{OLM}"},
-            "spec": {"group": OLM, "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                     "versions": [{"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 
 OLM_KINDS = (("OperatorGroup", "v1"), ("Subscription", "v1alpha1"), ("ClusterServiceVersion", "v1alpha1"))
@@ -123,7 +102,7 @@ def test_a_distribution_tree_lands_except_the_kinds_the_cluster_does_not_serve(o
     # The cluster gains OLM's CRDs: those objects apply at the next retry (the retries back off, so the test asks for
     # one at once, as a person would with `kubectl annotate`), have a health rule and heal.
     for kind, version in OLM_KINDS:
-        kube.apply(_olm_crd(kind, version))
+        kube.apply(crd(OLM, kind, version))
     try:
         kube.apply({"apiVersion": KFDEF_API, "kind": "KfDef", "metadata": {
             "name": "opendatahub", "namespace": ns, "annotations": {REQUESTED_AT_ANNOTATION: str(time.time())}}},
