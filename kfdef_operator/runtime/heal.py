@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from kfdef_operator.api.names import RECONCILE_ANNOTATION, RECONCILE_DISABLED
 from kfdef_operator.api.types import JSON
+from kfdef_operator.backoff import exponential
 from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.ownership import opted_out
@@ -78,8 +79,7 @@ def fight_backoff(heal_times: deque[float], now: float) -> float:
     while heal_times and now - heal_times[0] > FIGHT_WINDOW_S:
         heal_times.popleft()
     excess = len(heal_times) - FIGHT_THRESHOLD
-    # The exponent is bounded first: 2.0 ** 1100 overflows.
-    return 0.0 if excess < 0 else min(2.0 ** min(excess, 32), MAX_BACKOFF_S)
+    return 0.0 if excess < 0 else exponential(excess, base=1.0, cap=MAX_BACKOFF_S)
 
 
 def _fight_key(ref: ObjectRef) -> str:
@@ -367,7 +367,7 @@ class Healer:
             self._waiting_for_parent[stack.key].add(ref)
             log.debug("heal of %s waits for its parent: %s", ref, error.message)
             return
-        delay = min(0.5 * 2.0 ** min(request.failures, 16), MAX_RETRY_S)
+        delay = exponential(request.failures, base=0.5, cap=MAX_RETRY_S)
         log.warning("heal of %s of %s failed, retrying in %.1fs: %s", ref, stack.owner, delay, error)
         stack.record_heal(Change(ref, Action.FAILED, f"heal failed: {manager.describe(error)}"))
         # A failed heal is retried on its own backoff; it is not a fight (nothing was healed).
