@@ -20,6 +20,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
 
+from kfdef_operator.runtime.delay_queue import DelayQueue
+
 log = logging.getLogger(__name__)
 
 Work = Callable[[Hashable], Awaitable["float | None"]]
@@ -34,15 +36,16 @@ class WorkQueue:
 
     ``gate`` (when given) must be set for any work to start: a standby
     replica queues everything and runs only ``standby(key)`` (if given) until it leads.
+    One dispatcher task starts each due key's run as a task of its own; a key requested while it runs stays due.
     """
 
     def __init__(self, work: Work, *, gate: asyncio.Event | None = None, standby: StandbyWork | None = None) -> None:
         self._work = work
         self._gate = gate
         self._standby = standby
-        self._due: dict[Hashable, float] = {}
-        self._wake: dict[Hashable, asyncio.Event] = {}
-        self._tasks: dict[Hashable, asyncio.Task[None]] = {}
+        self._due: DelayQueue[Hashable, None] = DelayQueue()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._tasks: dict[Hashable, asyncio.Task[None]] = {}   # key -> its run, from start to end
         self._running: set[Hashable] = set()
         self._prepared: dict[Hashable, float] = {}   # key -> the due time its standby work ran for
         self._interrupted: set[Hashable] = set()
@@ -53,18 +56,16 @@ class WorkQueue:
         While the gate is closed, a request for a key whose standby work already ran runs that work again.
         """
         due = time.monotonic() + max(delay, 0.0)
-        current = self._due.get(key)
+        current = self._due.due(key)
         if current is not None and current <= due and self._prepared.get(key) != current:
             return
-        self._due[key] = due
-        self._wake.setdefault(key, asyncio.Event()).set()
-        task = self._tasks.get(key)
-        if task is None or task.done():
-            self._tasks[key] = asyncio.create_task(self._loop(key), name=f"reconcile {key}")
+        self._due.put(key, None, due)
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = asyncio.create_task(self._dispatch(), name="work queue")
 
     def due_in(self, key: Hashable) -> float | None:
         """Seconds until the key's next run (None: nothing scheduled)."""
-        due = self._due.get(key)
+        due = self._due.due(key)
         return None if due is None else max(due - time.monotonic(), 0.0)
 
     def busy(self) -> bool:
@@ -83,41 +84,53 @@ class WorkQueue:
                 task.cancel()
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *([self._dispatcher] if self._dispatcher is not None else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _loop(self, key: Hashable) -> None:
-        wake = self._wake.setdefault(key, asyncio.Event())
+    async def _dispatch(self) -> None:
         while True:
-            due = self._due.get(key)
-            if due is None:
-                self._tasks.pop(key, None)
-                self._wake.pop(key, None)
-                return
-            wait = due - time.monotonic()
-            if wait > 0:
-                wake.clear()
-                try:
-                    async with asyncio.timeout(wait):
-                        await wake.wait()
-                except TimeoutError:
-                    pass
-                continue
-            if self._gate is not None and not self._gate.is_set():
-                if self._standby is not None and self._prepared.get(key) != due:
-                    self._prepared[key] = due
-                    await self._run(key, self._standby)
-                    continue
-                wake.clear()
-                await _first(self._gate.wait(), wake.wait())
-                continue
-            del self._due[key]
+            for key in self._due.ready(time.monotonic(), self._startable):
+                self._start(key)
+            if self._gate is None or self._gate.is_set():
+                await self._due.wait(self._startable)
+            else:
+                await _first(self._gate.wait(), self._due.wait(self._startable))
+
+    def _startable(self, key: Hashable) -> bool:
+        """Whether a run of ``key`` may start once it is due: none is in progress, and the gate is open or the
+        standby work has not run for this due time yet."""
+        if key in self._tasks:
+            return False
+        if self._gate is None or self._gate.is_set():
+            return True
+        return self._standby is not None and self._prepared.get(key) != self._due.due(key)
+
+    def _start(self, key: Hashable) -> None:
+        if self._gate is not None and not self._gate.is_set() and self._standby is not None:
+            due = self._due.due(key)
+            assert due is not None  # only due keys start
+            self._prepared[key] = due  # the key stays due: its real work runs once the gate opens
+            task = asyncio.create_task(self._prepare(key, self._standby), name=f"prepare {key}")
+        else:
+            self._due.pop(key)
             self._prepared.pop(key, None)
-            next_run = await self._run(key, self._work)
-            if next_run is not None:
-                self.request(key, next_run)
+            task = asyncio.create_task(self._reconcile(key), name=f"reconcile {key}")
+        self._tasks[key] = task
+        task.add_done_callback(lambda _: self._finished(key))
+
+    def _finished(self, key: Hashable) -> None:
+        self._tasks.pop(key, None)
+        self._due.wake()  # the key may be due again
+
+    async def _reconcile(self, key: Hashable) -> None:
+        next_run = await self._run(key, self._work)
+        if next_run is not None:
+            self.request(key, next_run)
+
+    async def _prepare(self, key: Hashable, standby: StandbyWork) -> None:
+        await self._run(key, standby)
 
     async def _run(self, key: Hashable, work: Work | StandbyWork) -> float | None:
         """One run of ``work``; an interrupted run leaves the key due again."""
@@ -131,7 +144,8 @@ class WorkQueue:
             if current is not None:
                 current.uncancel()
             log.info("work on %s interrupted", key)
-            self._due.setdefault(key, time.monotonic())
+            if key not in self._due:
+                self._due.put(key, None, time.monotonic())
             return None
         except Exception:
             log.exception("work on %s failed unexpectedly; retrying in %.0fs", key, CRASH_DELAY_S)

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.backoff import exponential
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -355,4 +356,5 @@ class LeaseElector:
                 failures += 1
                 log.debug("watch of lease %s interrupted: %s", self.lease, error or type(error).__name__)
             if failures:
-                await asyncio.sleep(min(0.2 * 2 ** min(failures, 5), self.config.retry_period))
+                # 0.2 s doubling to 6.4 s (five doublings), never longer than the retry period.
+                await asyncio.sleep(min(exponential(failures, base=0.2, cap=6.4), self.config.retry_period))

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 
 from kfdef_operator.api.names import RECONCILE_ANNOTATION, RECONCILE_DISABLED
 from kfdef_operator.api.types import JSON
+from kfdef_operator.backoff import exponential
 from kfdef_operator.runtime import metrics
+from kfdef_operator.runtime.delay_queue import DelayQueue
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.ownership import opted_out
 from kfdef_operator.runtime.stack import Stack
@@ -69,7 +71,6 @@ class _Request:
     cause: str           # DELETED | DRIFT
     observed_at: float   # monotonic time the event arrived
     uid: str = ""        # of the object that was deleted: a live object with another uid is someone else's
-    not_before: float = 0.0
     failures: int = 0    # failed attempts so far: retried after 0.5 s doubling to 60 s
 
 
@@ -78,8 +79,7 @@ def fight_backoff(heal_times: deque[float], now: float) -> float:
     while heal_times and now - heal_times[0] > FIGHT_WINDOW_S:
         heal_times.popleft()
     excess = len(heal_times) - FIGHT_THRESHOLD
-    # The exponent is bounded first: 2.0 ** 1100 overflows.
-    return 0.0 if excess < 0 else min(2.0 ** min(excess, 32), MAX_BACKOFF_S)
+    return 0.0 if excess < 0 else exponential(excess, base=1.0, cap=MAX_BACKOFF_S)
 
 
 def _fight_key(ref: ObjectRef) -> str:
@@ -102,9 +102,8 @@ class Healer:
         self._events = events
         self._stacks = stacks
         self._report = report
-        self._pending: dict[tuple[str, str], dict[ObjectRef, _Request]] = defaultdict(dict)
+        self._pending: dict[tuple[str, str], DelayQueue[ObjectRef, _Request]] = defaultdict(DelayQueue)
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._wake: dict[tuple[str, str], asyncio.Event] = {}
         self._history: dict[ObjectRef, deque[float]] = defaultdict(deque)
         self._in_sync: dict[ObjectRef, tuple[str, str]] = {}  # drift suspicions the server disproved
         # Live versions found in line with the desired state (its version) they were compared with: a status-only
@@ -217,7 +216,6 @@ class Healer:
         history = self._history[ref]
         delay = fight_backoff(history, request.observed_at)
         if delay:
-            request.not_before = request.observed_at + delay
             stack.problems[_fight_key(ref)] = (
                 f"{ref} was healed {len(history)} times in {FIGHT_WINDOW_S:.0f}s: something keeps deleting or "
                 f"changing it; backing off {delay:.0f}s. Annotate it {RECONCILE_ANNOTATION}={RECONCILE_DISABLED} "
@@ -225,8 +223,9 @@ class Healer:
             # The problem goes once a whole window passes without another heal.
             asyncio.get_running_loop().call_later(delay + FIGHT_WINDOW_S, self._fight_over, stack.key, ref)
             self._report(stack)
-        self._pending[stack.key].setdefault(ref, request)
-        self._wake.setdefault(stack.key, asyncio.Event()).set()
+        pending = self._pending[stack.key]
+        if ref not in pending:  # a request already pending for the object stands
+            pending.put(ref, request, request.observed_at + delay)
         worker = self._workers.get(stack.key)
         if worker is None or worker.done():
             self._workers[stack.key] = asyncio.create_task(self._work(stack.key), name=f"heal {stack.key}")
@@ -242,15 +241,12 @@ class Healer:
     # -- worker --------------------------------------------------------------------
 
     async def _work(self, key: tuple[str, str]) -> None:
-        wake = self._wake.setdefault(key, asyncio.Event())
         while True:
-            wake.clear()
             await asyncio.sleep(0)  # let the rest of a burst of events arrive: one batch for all
-            pending = self._pending.get(key) or {}
-            now = time.monotonic()
-            due = {ref: req for ref, req in pending.items() if req.not_before <= now}
-            for ref in due:
-                pending.pop(ref, None)
+            pending = self._pending.get(key)
+            if not pending:
+                return
+            due = pending.take_ready(time.monotonic())
             if due:
                 stack = self._stacks.get(key)
                 if stack is None or stack.deleting or stack.suspended:
@@ -258,14 +254,7 @@ class Healer:
                 await self._heal_batch(stack, due)
                 self._report(stack)
                 continue
-            if not pending:
-                return
-            timeout = max(min(req.not_before for req in pending.values()) - now, 0.01)
-            try:
-                async with asyncio.timeout(timeout):
-                    await wake.wait()
-            except TimeoutError:
-                pass
+            await pending.wait(at_least=0.01)
 
     async def _heal_batch(self, stack: Stack, due: dict[ObjectRef, _Request]) -> None:
         parents = {ref: req for ref, req in due.items() if ref.kind in ("Namespace", "CustomResourceDefinition")}
@@ -367,14 +356,12 @@ class Healer:
             self._waiting_for_parent[stack.key].add(ref)
             log.debug("heal of %s waits for its parent: %s", ref, error.message)
             return
-        delay = min(0.5 * 2.0 ** min(request.failures, 16), MAX_RETRY_S)
+        delay = exponential(request.failures, base=0.5, cap=MAX_RETRY_S)
         log.warning("heal of %s of %s failed, retrying in %.1fs: %s", ref, stack.owner, delay, error)
         stack.record_heal(Change(ref, Action.FAILED, f"heal failed: {manager.describe(error)}"))
         # A failed heal is retried on its own backoff; it is not a fight (nothing was healed).
-        retry = _Request(request.cause, request.observed_at, request.uid, time.monotonic() + delay,
-                         request.failures + 1)
-        self._pending[stack.key][ref] = retry
-        self._wake.setdefault(stack.key, asyncio.Event()).set()
+        retry = _Request(request.cause, request.observed_at, request.uid, request.failures + 1)
+        self._pending[stack.key].put(ref, retry, time.monotonic() + delay)
 
     @staticmethod
     def _parent_in_stack(stack: Stack, ref: ObjectRef) -> bool:

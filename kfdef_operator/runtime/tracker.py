@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Iterable
 
 from kfdef_operator.api.names import INSTANCE_LABEL
 from kfdef_operator.api.types import JSON
+from kfdef_operator.backoff import exponential, jittered
 from kfdef_operator.runtime.ownership import KEPT_ANNOTATIONS, KEPT_LABELS
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.discovery import Resource
@@ -235,7 +235,7 @@ class Tracker:
                 failures += 1
                 log.warning("watch of %s interrupted: %s", resource.plural, error or type(error).__name__)
             if failures:
-                await asyncio.sleep(min(0.2 * 2 ** min(failures, 6), 10.0) * (0.5 + random.random()))
+                await asyncio.sleep(jittered(exponential(failures, base=0.2, cap=10.0), 0.5))
 
 
 def _key(resource: Resource, namespace: str) -> _Key:

@@ -35,6 +35,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 
 from kfdef_operator.api.kfdef import Repo
+from kfdef_operator.backoff import exponential
 from kfdef_operator.source.cache import CacheFull, SourceCache, remove_path
 from kfdef_operator.source.deadline import Deadline
 from kfdef_operator.source.errors import SourceError, redact_uri, scrub
@@ -171,7 +172,7 @@ def download(repo: Repo, cache: SourceCache, options: FetchOptions, deadline: De
         last_error = ""
         for attempt in range(options.retries + 1):
             if attempt:
-                deadline.pause(options.backoff_seconds * 2 ** (attempt - 1))
+                deadline.pause(exponential(attempt - 1, base=options.backoff_seconds))
             try:
                 fetched = _get_once(repo, session, headers, cache, options, deadline)
             except _Retryable as exc:

@@ -32,6 +32,7 @@ from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.backoff import exponential
 
 T = TypeVar("T")
 
@@ -61,7 +62,7 @@ def _retry_delay(attempt: int, retry_after: str | None) -> float:
     """Seconds before retry ``attempt`` (0-based): the server's Retry-After, else 50 ms doubling to 2 s."""
     if retry_after and retry_after.isdigit():
         return min(float(retry_after), 10.0)
-    return min(0.05 * 2.0 ** attempt, 2.0)
+    return exponential(attempt, base=0.05, cap=2.0)
 
 
 def _decode(raw: bytes) -> JSON:

@@ -25,7 +25,8 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from kfdef_operator.ssa.ordering import install_rank
-from kfdef_operator.upgrade.convert import POLICY_ANNOTATION, PRESERVE, served_for_release, upgrade_objects
+from kfdef_operator.upgrade.convert import POLICY_ANNOTATION, served_for_release, upgrade_objects
+from kfdef_operator.upgrade.structural import PRESERVE
 from tests.cluster.conftest import KFDEF_API, wait_condition_reason, wait_ready
 from tests.kube import Kube, wait_for
 

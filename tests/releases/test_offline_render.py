@@ -16,13 +16,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kfdef_operator.upgrade.convert import (
-    API_APPROVAL_ANNOTATION,
-    is_protected_group,
-    is_structural,
-    served_for_release,
-    upgrade_objects,
-)
+from kfdef_operator.upgrade.convert import served_for_release, upgrade_objects
+from kfdef_operator.upgrade.crd import API_APPROVAL_ANNOTATION, is_protected_group
+from kfdef_operator.upgrade.structural import is_structural
 from tests.releases.conftest import KFCTL_V1_2_0, Rendered
 
 SERVED_1_36 = served_for_release("1.36")

@@ -82,3 +82,34 @@ def test_without_a_gate_work_runs_at_once_and_no_standby_work_runs() -> None:
         return recorder.calls
 
     assert asyncio.run(scenario()) == [("work", "a")]
+
+
+def test_a_request_during_a_run_runs_the_key_again_after_it_and_never_twice_at_once() -> None:
+    async def scenario() -> list[tuple[str, str]]:
+        recorder = Recorder()
+        recorder.block.clear()
+        queue = WorkQueue(recorder.work)
+        queue.request("a")
+        await recorder.started.wait()
+        queue.request("a")
+        await settle()
+        assert recorder.calls == [("work", "a")] and queue.due_in("a") == 0.0
+        recorder.block.set()
+        await settle()
+        await queue.stop()
+        return recorder.calls
+
+    assert asyncio.run(scenario()) == [("work", "a"), ("work", "a")]
+
+
+def test_a_request_moves_a_pending_run_earlier_never_later() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(Recorder().work)
+        queue.request("a", 60.0)
+        queue.request("a", 120.0)
+        assert 59.0 < (queue.due_in("a") or 0.0) <= 60.0
+        queue.request("a", 30.0)
+        assert 29.0 < (queue.due_in("a") or 0.0) <= 30.0
+        await queue.stop()
+
+    asyncio.run(scenario())

@@ -11,19 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kfdef_operator.upgrade.convert import (
-    API_APPROVAL_ANNOTATION,
-    POLICY_OFF,
-    UNAPPROVED,
-    UnservedApiVersions,
-    is_protected_group,
-    is_structural,
-    served_for_release,
-    served_resources_for_release,
-    served_versions_for_release,
-    structural_schema,
-    upgrade_objects,
-)
+from kfdef_operator.upgrade.convert import POLICY_OFF, UnservedApiVersions, served_for_release, upgrade_objects
+from kfdef_operator.upgrade.crd import API_APPROVAL_ANNOTATION, UNAPPROVED, is_protected_group
+from kfdef_operator.upgrade.served import served_resources_for_release, served_versions_for_release
+from kfdef_operator.upgrade.structural import is_structural, structural_schema
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "upgrade"
 SERVED_1_36 = served_for_release("1.36")
