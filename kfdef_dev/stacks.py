@@ -42,8 +42,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 V1_2_0_ARCHIVE = "kubeflow-manifests-v1.2.0.tar.gz"
 V1_11_0_ARCHIVE = "kubeflow-manifests-v1.11.0.tar.gz"
-KFDEF_FILES = ("kfctl_aws.v1.2.0.yaml", "kfctl_istio_dex.v1.2.0.yaml", "kfctl_k8s_istio.v1.2.0.yaml",
-               "kfctl_openshift.v1.2.0.yaml")
 #: Where the pieces come from (GitHub answers archive and release downloads with redirects to the other hosts).
 UPSTREAM_HOSTS = ("github.com", "codeload.github.com", "raw.githubusercontent.com",
                   "release-assets.githubusercontent.com", "objects.githubusercontent.com")
@@ -108,6 +106,7 @@ KFDEFS = {name: Piece(f"https://raw.githubusercontent.com/kubeflow/manifests/v1.
               "kfctl_k8s_istio.v1.2.0.yaml": "5600ead1b916d95f9f50b563efee8232dfb0616923617b243d0dfa49646d9d8a",
               "kfctl_openshift.v1.2.0.yaml": "8928502407be559514e66d4218b492f801cfb6e95a942b0f866fabbe1d749644",
           }.items()}
+KFDEF_FILES = tuple(KFDEFS)
 #: The v1.11.0 tree with argo-workflows and jobset vendored: what ../shared/stacks holds.
 ASSEMBLED_V1_11_0_SHA256 = "375b887de82e29b9aa3cdf984e53cda3204ac62bc6e021d24e807171e845fc76"
 
@@ -259,7 +258,7 @@ def check(what: str, digest_name: str, found: str, expected: str) -> None:
 
 
 def assemble(destination: Path, mirror: str) -> None:
-    """Fetch, verify and assemble every piece into ``destination`` (which must not exist yet)."""
+    """Fetch, verify and assemble every piece into ``destination``, which appears complete or not at all."""
     v1_2_0 = fetch_tree(MANIFESTS_V1_2_0, mirror)
     v1_11_0 = vendor_v1_11_0(fetch_tree(MANIFESTS_V1_11_0, mirror), fetch_tree(ARGO_WORKFLOWS_V3_7_3, mirror),
                              fetch_file(JOBSET_V0_10_1, mirror))
@@ -273,7 +272,12 @@ def assemble(destination: Path, mirror: str) -> None:
         (work / "kfdefs").mkdir()
         for name, data in kfdefs.items():
             (work / "kfdefs" / name).write_bytes(data)
-        work.rename(destination)  # complete or absent, never half-written
+        work.chmod(0o755)
+        try:
+            work.rename(destination)  # complete or absent, never half-written
+        except OSError:
+            if missing_from(destination):  # else another run assembled it first
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
