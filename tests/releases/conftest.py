@@ -1,7 +1,8 @@
-"""Real Kubeflow release trees (``../shared/stacks``), rendered offline once per session.
+"""Real Kubeflow release trees (``$KFDEF_STACKS_DIR`` or ``../shared/stacks``), rendered offline once per session.
 
 The archives are used in place: the operator's own source layer unpacks them into a session cache, as it would a
-``file:`` repo. ``KFDEF_STACKS_DIR`` points elsewhere (a git worktree outside the main checkout, for example).
+``file:`` repo. ``make test`` sets ``KFDEF_STACKS_DIR``, fetching the archives when there is no ``../shared/stacks``
+(``kfdef_dev/stacks.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kfdef_dev.stacks import STACKS_HINT, V1_2_0_ARCHIVE, V1_11_0_ARCHIVE, configured_stacks_dir
 from kfdef_operator.api.kfdef import KfDef, Repo, parse_kfdef
 from kfdef_operator.build.render import RenderedApplication, render
 from kfdef_operator.source.cache import SourceCache
@@ -24,8 +26,8 @@ from kfdef_operator.source.resolve import ResolvedSource, resolve_source
 from tests.kustomize_cli import cli_build
 
 ROOT = Path(__file__).resolve().parents[2]
-STACKS = Path(os.environ.get("KFDEF_STACKS_DIR") or ROOT.parent / "shared" / "stacks")
-ARCHIVES = {"v1.2.0": "kubeflow-manifests-v1.2.0.tar.gz", "v1.11.0": "kubeflow-manifests-v1.11.0.tar.gz"}
+STACKS = configured_stacks_dir()
+ARCHIVES = {"v1.2.0": V1_2_0_ARCHIVE, "v1.11.0": V1_11_0_ARCHIVE}
 #: The kfctl KfDef files users downloaded for v1.2.0 (all of them use stacks rendering).
 KFCTL_V1_2_0 = ("kfctl_k8s_istio.v1.2.0.yaml", "kfctl_aws.v1.2.0.yaml", "kfctl_istio_dex.v1.2.0.yaml",
                 "kfctl_openshift.v1.2.0.yaml")
@@ -66,8 +68,7 @@ def release_trees(tmp_path_factory) -> dict[str, ResolvedSource]:
     """Each release archive resolved as a local ``file:`` repo named ``manifests``."""
     missing = [name for name in ARCHIVES.values() if not (STACKS / name).is_file()]
     if missing:
-        pytest.fail(f"release archives {', '.join(missing)} not found in {STACKS}: set KFDEF_STACKS_DIR to the "
-                    "directory holding them (../shared/stacks from the main checkout)")
+        pytest.fail(f"release archives {', '.join(missing)} not found in {STACKS}: {STACKS_HINT}")
     cache = SourceCache(tmp_path_factory.mktemp("sources"))
     options = FetchOptions(local_roots=(STACKS,))  # the one directory these local sources may come from
     return {version: resolve_source(Repo("manifests", (STACKS / archive).as_uri()), cache, options)
