@@ -63,12 +63,13 @@ from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import CacheLimits, FetchOptions
 from kfdef_operator.source.resolve import resolve_sources
+from kfdef_operator.ssa.apply import FORGED_STAMP_NOTE, ApplyOptions
 from kfdef_operator.ssa.changeset import Action, ChangeSet
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef, version_of
 from kfdef_operator.ssa.live import LiveObject
-from kfdef_operator.ssa.manager import FORGED_STAMP_NOTE, ApplyOptions, ResourceManager
+from kfdef_operator.ssa.manager import ResourceManager
 from kfdef_operator.ssa.webhooks import webhooks_of
 from kfdef_operator.upgrade.convert import UnservedApiVersions
 
