@@ -43,7 +43,7 @@ TOUCHED_ANNOTATION = "bench.kubeflow.org/touched-at"
 
 class CleanupRetries:
     """What the bench's deletions do, as the operator's teardown does, for a CRD whose cleanup kube-apiserver
-    failed and then left alone for minutes (see ``ResourceManager._retry_crd_cleanup``): after 2 s, touch it, so that
+    failed and then left alone for minutes (see ``ssa.waits.Waits._retry_crd_cleanup``): after 2 s, touch it, so that
     kube-apiserver retries. Without it a CRD deleted seconds after its creation could hold the bench for 5 minutes."""
 
     PATIENCE_S = 2.0

@@ -22,12 +22,14 @@ from typing import Any
 from pyinstrument import Profiler
 
 from kfdef_operator.api.types import JSON
-from kfdef_operator.controller import desired, reconciler
+from kfdef_operator.controller import builder, desired, reconciler
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.ssa.apply import Applier
 from kfdef_operator.ssa.client import KubeClient
-from kfdef_operator.ssa.manager import ResourceManager
+from kfdef_operator.ssa.lookup import LiveLookup
+from kfdef_operator.ssa.staged import StagedApply
 
 from .context import KFDEFS_PATH, Bench, all_applied
 
@@ -65,19 +67,20 @@ STEP_LABELS = ("fetch sources", "render (kustomize)", "API-version upgrade check
 def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[], None]:
     """Time the pipeline's steps (labels: :data:`STEP_LABELS`); returns a function undoing the module- and
     class-level wrappers."""
-    originals = [(reconciler, "resolve_sources", reconciler.resolve_sources),
-                 (desired, "upgrade_objects", desired.upgrade_objects)]
-    originals += [(ResourceManager, name, getattr(ResourceManager, name))
-                  for name in ("apply_stage", "lookup", "_apply_custom")]
+    originals = [(builder, "resolve_sources", builder.resolve_sources),
+                 (desired, "upgrade_objects", desired.upgrade_objects),
+                 (Applier, "apply_stage", Applier.apply_stage), (LiveLookup, "lookup", LiveLookup.lookup),
+                 (StagedApply, "_apply_custom", StagedApply._apply_custom)]
     originals.append((StatusWriter, "update", StatusWriter.update))
     fetch, render, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
-    _timed(reconciler, "resolve_sources", fetch, timings)
-    _timed(operator.render_cache, "_renderer", render, timings)  # only runs on a render-cache miss
+    _timed(builder, "resolve_sources", fetch, timings)
+    _timed(operator.builder.render_cache, "_renderer", render, timings)  # only runs on a render-cache miss
     _timed(desired, "upgrade_objects", upgrade, timings)
     _timed(operator.tracker, "watch", watches, timings)
-    _timed(ResourceManager, "apply_stage", stages, timings)  # one manager per identity, made during the reconcile
-    _timed(ResourceManager, "lookup", prefetch, timings)
-    _timed(ResourceManager, "_apply_custom", crds, timings)
+    # One resource manager (and its parts) per identity, made during the reconcile: their classes are wrapped.
+    _timed(Applier, "apply_stage", stages, timings)
+    _timed(LiveLookup, "lookup", prefetch, timings)
+    _timed(StagedApply, "_apply_custom", crds, timings)
     _timed(StatusWriter, "update", status, timings)  # one writer per KfDef, made during the reconcile
     _timed(operator.events, "record", events, timings)
 

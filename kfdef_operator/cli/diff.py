@@ -26,10 +26,11 @@ from kfdef_operator.controller import preflight
 from kfdef_operator.controller.desired import desire, kept_absent
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import decode_inventory
+from kfdef_operator.ssa.apply import ApplyOptions
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error, service_account_user
 from kfdef_operator.ssa.discovery import Discovery
-from kfdef_operator.ssa.manager import ApplyOptions, ResourceManager
+from kfdef_operator.ssa.manager import ResourceManager
 from kfdef_operator.ssa.preview import Difference, preview
 from kfdef_operator.upgrade.convert import UnservedApiVersions
 

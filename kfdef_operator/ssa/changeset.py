@@ -1,14 +1,18 @@
-"""Typed results of apply, prune and delete: an :class:`Action` per object, gathered in a :class:`ChangeSet`."""
+"""Typed results of apply, prune and delete: an :class:`Action` per object, gathered in a :class:`ChangeSet`;
+:data:`Progress`, how a long apply or teardown reports how far it got."""
 
 from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.inventory import ObjectRef
+
+#: Told (stage, objects done, objects in all) as an apply or a teardown goes.
+Progress = Callable[[str, int, int], Awaitable[None]]
 
 
 class Action(enum.Enum):

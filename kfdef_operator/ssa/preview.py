@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa.apply import ApplyOptions
 from kfdef_operator.ssa.changeset import Action, Change
 from kfdef_operator.ssa.claims import Ownership
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.drift import comparable
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
-from kfdef_operator.ssa.manager import ApplyOptions, ResourceManager
+from kfdef_operator.ssa.manager import ResourceManager
 
 ABSENT = "(absent)"
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

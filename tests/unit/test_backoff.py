@@ -59,8 +59,15 @@ def test_download_retries_double_the_configured_first_delay():  # source/http.py
     assert sequence(range(0, 3), base=1.0) == [1.0, 2.0, 4.0]
 
 
-def test_reconcile_retries_five_seconds_doubling_to_ten_minutes():  # controller/reconciler.py backoff (to switch)
-    assert sequence(range(9), base=5.0, cap=600.0) == [5, 10, 20, 40, 80, 160, 320, 600, 600]
+def test_reconcile_retries_five_seconds_doubling_to_ten_minutes():  # controller/failures.py
+    from kfdef_operator.controller.failures import backoff
+
+    assert [backoff(attempt) for attempt in range(9)] == [5, 10, 20, 40, 80, 160, 320, 600, 600]
+
+
+def test_crd_and_deletion_waits_poll_from_20_ms():  # ssa/waits.py: Established up to 0.2 s, gone up to 0.5 s
+    assert sequence(range(6), base=0.02, cap=0.2) == [0.02, 0.04, 0.08, 0.16, 0.2, 0.2]
+    assert sequence(range(6), base=0.02, cap=0.5) == [0.02, 0.04, 0.08, 0.16, 0.32, 0.5]
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.5])

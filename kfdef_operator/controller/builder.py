@@ -1,0 +1,115 @@
+"""A KfDef's desired state: its sources fetched, its applications rendered, their objects upgraded and settled.
+
+:class:`DesiredStateBuilder` owns the source and render caches and runs fetches and renders on the operator's work
+pool; the steps after them are :func:`~kfdef_operator.controller.desired.desire`. It writes nothing to the API
+server: the leader's reconcile and a standby's preparation both use it, each announcing steps its own way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from kfdef_operator.api.kfdef import KfDef
+from kfdef_operator.api.names import API_UPGRADE_ANNOTATION
+from kfdef_operator.api.types import JSON
+from kfdef_operator.build.cache import RenderCache
+from kfdef_operator.build.isolated import IsolatedRender
+from kfdef_operator.build.kustomize import KustomizeError
+from kfdef_operator.build.render import RenderedApplication, RenderError
+from kfdef_operator.build.workspace import render_dir
+from kfdef_operator.controller.desired import DesiredState, desire, is_run_once
+from kfdef_operator.controller.failures import Fail
+from kfdef_operator.controller.housekeeping import source_user
+from kfdef_operator.controller.workpool import WorkPool
+from kfdef_operator.runtime import conditions as cond
+from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.errors import SourceError
+from kfdef_operator.source.options import CacheLimits, FetchOptions
+from kfdef_operator.source.resolve import resolve_sources
+from kfdef_operator.ssa.discovery import Discovery
+from kfdef_operator.ssa.webhooks import webhooks_of
+from kfdef_operator.upgrade.convert import UnservedApiVersions
+
+#: Announces a step of the build (reason, message): a status write for the leader, nothing for a standby.
+Step = Callable[[str, str], Awaitable[None]]
+
+
+async def quietly(reason: str, message: str) -> None:
+    """A step announced to nobody (a standby writes no status)."""
+
+
+def _kinds_served_elsewhere(rendered: Iterable[RenderedApplication]) -> set[tuple[str, str]]:
+    """The (apiVersion, kind) pairs of the rendered objects that no CRD among them defines: if the cluster serves
+    them, something else installed their API (the stack's own custom resources wait for their CRDs instead)."""
+    objects = [obj for app in rendered for obj in app.objects]
+    own = {(crd.get("spec", {}).get("group"), (crd.get("spec", {}).get("names") or {}).get("kind"))
+           for crd in objects if crd.get("kind") == "CustomResourceDefinition" and isinstance(crd.get("spec"), dict)}
+    return {(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))) for obj in objects
+            if (str(obj.get("apiVersion", "")).rpartition("/")[0], obj.get("kind")) not in own}
+
+
+class DesiredStateBuilder:
+    """Builds stacks' desired states under ``work_dir`` (sources, renders) on ``work_pool``."""
+
+    def __init__(self, discovery: Discovery, work_pool: WorkPool, *, work_dir: Path, fetch_options: FetchOptions,
+                 renderer: IsolatedRender, api_upgrade_default: str, namespaces: frozenset[str]) -> None:
+        self._discovery = discovery
+        self._work_pool = work_pool
+        self._work_dir = work_dir
+        self._api_upgrade_default = api_upgrade_default
+        self._namespaces = namespaces
+        self.source_cache = SourceCache(work_dir / "sources", CacheLimits.from_env())
+        # A KfDef never reads the operator's work directory (other KfDefs' sources and renders) as a source.
+        self._fetch_options = replace(fetch_options, private_dirs=(work_dir,))
+        self.render_cache = RenderCache(work_dir / "rendered", renderer, renderer.settings)
+
+    async def build(self, stack: Stack, kfdef: KfDef, body: JSON, step: Step) -> tuple[DesiredState, str]:
+        """Fetch, render and upgrade: the stack's desired state and what was upgraded (``step`` announces steps)."""
+        try:
+            await step("FetchingSources", f"fetching {cond.counted(len(kfdef.repos), 'source')}")
+            sources = await self._work_pool.run(resolve_sources, kfdef.repos, self.source_cache, self._fetch_options,
+                                                user=source_user(*stack.key))
+        except SourceError as error:
+            raise Fail("SourceFailed", str(error), retry=True) from None
+        try:
+            await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
+            rendered = await self._work_pool.run(self.render_cache.render, body, kfdef, sources,
+                                                 render_dir(self._work_dir, *stack.key))
+        except (RenderError, KustomizeError) as error:
+            raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
+        await self._discovery.refresh_unless_served(_kinds_served_elsewhere(rendered))
+        desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
+        stack.reported.update(
+            sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
+            reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()],
+            warnings=[cond.truncate(f"application {app.name!r}: {warning}", 512)
+                      for app in rendered for warning in app.warnings][:cond.MAX_FAILURES_LISTED])
+        return desired, upgraded
+
+    def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, str]:
+        """Upgrade the rendered objects and settle the stack's desired state; also returns what was upgraded."""
+        policy = kfdef.annotations.get(API_UPGRADE_ANNOTATION, self._api_upgrade_default)
+        try:
+            desired, upgraded = desire(kfdef, objects, self._discovery, policy=policy, namespaces=self._namespaces)
+        except UnservedApiVersions as error:
+            raise Fail("UnservedApiVersions", str(error), retry=False) from None
+        except ValueError as error:
+            raise Fail("InvalidSpec", f"{API_UPGRADE_ANNOTATION}: {error}", retry=False) from None
+        stack.want(desired.objects)
+        stack.resources = desired.resources
+        stack.application_of = desired.application_of
+        stack.applications = [app.name for app in kfdef.applications]
+        stack.run_once = {ref for ref, obj in desired.objects.items() if is_run_once(obj)}
+        stack.webhooks = webhooks_of(desired.objects.values())
+        stack.rejected = desired.rejected
+        stack.problems.pop("render", None)
+        if desired.duplicates:
+            stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
+        stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
+                                      "kinds": sorted({u.kind for u in upgraded.upgraded}),
+                                      "notes": [cond.truncate(n, 256)
+                                                for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]}
+        return desired, upgraded.summary() if upgraded.upgraded else ""

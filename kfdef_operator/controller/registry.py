@@ -1,0 +1,93 @@
+"""The stacks this replica holds: one :class:`Stack` and one :class:`StatusWriter` per KfDef, and its retry count.
+
+:class:`StackRegistry` creates a KfDef's stack on its first run (decoding ``status.inventory`` once) and again
+when the KfDef was re-created under the same name; it finds a stack by the instance label of a watched object,
+counts failed attempts for the retry backoff, and names the watches the stacks' objects need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kfdef_operator.api.types import JSON
+from kfdef_operator.controller.failures import backoff
+from kfdef_operator.runtime.events import EventRecorder
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.runtime.stack import Stack, decode_inventory
+from kfdef_operator.runtime.status import StatusWriter
+from kfdef_operator.runtime.tracker import Tracker, WatchTarget
+from kfdef_operator.ssa.client import KubeClient
+
+Key = tuple[str, str]
+
+
+class StackRegistry:
+    """Stacks and status writers by KfDef (namespace, name); ``scoped``: the operator is namespace-scoped."""
+
+    def __init__(self, kube: KubeClient, tracker: Tracker, events: EventRecorder, *, health_timeout: float,
+                 scoped: bool) -> None:
+        self._kube = kube
+        self._tracker = tracker
+        self._events = events
+        self._health_timeout = health_timeout
+        self._scoped = scoped
+        self.stacks: dict[Key, Stack] = {}
+        self.writers: dict[Key, StatusWriter] = {}
+        self._by_label: dict[str, Key] = {}
+        self._attempts: dict[Key, int] = {}
+
+    def stack_for(self, body: JSON) -> Stack:
+        """The KfDef's stack, created (with its status writer) for a KfDef not seen before or re-created."""
+        meta = body["metadata"]
+        owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
+        stack = self.stacks.get(owner.key)
+        if stack is None or stack.owner.uid != owner.uid:
+            status = dict(body.get("status") or {})
+            stack = Stack(owner=owner, generation=meta.get("generation", 0), status=status,
+                          inventory=decode_inventory(status))
+            self.stacks[owner.key] = stack
+            self.writers[owner.key] = StatusWriter(self._kube, stack, self._tracker, self._events,
+                                                   health_timeout=self._health_timeout)
+            self._by_label[owner.label] = owner.key
+            self._attempts.pop(owner.key, None)
+        return stack
+
+    def labelled(self, label: str) -> Stack | None:
+        """The stack whose objects carry this instance label."""
+        key = self._by_label.get(label)
+        return self.stacks.get(key) if key else None
+
+    def release(self, key: Key) -> Stack | None:
+        """Drop the KfDef's stack, its retry count and its status writer (which writes nothing from now on)."""
+        stack = self.stacks.pop(key, None)
+        writer = self.writers.pop(key, None)
+        self._attempts.pop(key, None)
+        if writer is not None:
+            writer.forget()
+        if stack is not None:
+            self._by_label.pop(stack.owner.label, None)
+        return stack
+
+    def clear(self) -> None:
+        """Drop every stack at once; no writer writes from now on."""
+        for writer in self.writers.values():
+            writer.forget()
+        self.stacks.clear()
+        self.writers.clear()
+        self._by_label.clear()
+        self._attempts.clear()
+
+    def retry_delay(self, key: Key, *, base: float, cap: float = 600.0) -> float:
+        """Seconds before the KfDef's next attempt after one more failure (:func:`backoff`)."""
+        attempt = self._attempts.get(key, 0)
+        self._attempts[key] = attempt + 1
+        return backoff(attempt, base=base, cap=cap)
+
+    def reset_retries(self, key: Key) -> None:
+        """The KfDef's next failure backs off from the start again."""
+        self._attempts.pop(key, None)
+
+    def targets(self, stacks: Iterable[Stack]) -> set[WatchTarget]:
+        """The watches the stacks' objects need: per kind, or per kind and namespace when namespace-scoped."""
+        return {(resource, ref.namespace if self._scoped else "") for stack in stacks
+                for ref, resource in stack.resources.items()}

@@ -1,0 +1,255 @@
+"""Applying one object, or one stage of objects at once, for an owner.
+
+:class:`Applier` decides, per object, from what is known of its live copy:
+
+- an object whose live copy carries the owner's stamps and the same desired
+  state is left alone: re-applying an unchanged set writes nothing;
+- an object held by another owner is a conflict: reported, never touched
+  (unless the owner its stamp names is known not to exist: then it is adopted);
+- an object a person took out of the owner's hands (:meth:`Ownership.opted_out`)
+  is skipped;
+- an object that exists without any owner's stamp is adopted: applied, and
+  released rather than deleted later; so is one that was absent when looked
+  up but existed when applied (someone else created it meanwhile);
+- everything else is server-side applied with ``force`` (the owner is a
+  controller: the fields it declares are its own; fields it does not declare
+  stay with whoever set them);
+- an apply refused because an immutable field changed is retried as delete and
+  re-create only for objects the owner created, and only for kinds that hold
+  no data unless :attr:`ApplyOptions.force` says otherwise; else reported.
+
+It also owns the create-only write of a heal (:meth:`Applier.create`) and the :class:`ApplyOptions`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa import ordering
+from kfdef_operator.ssa.access import CRD_PATH, MERGE_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body
+from kfdef_operator.ssa.changeset import Action, Change
+from kfdef_operator.ssa.claims import Claim, Ownership
+from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
+from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of
+from kfdef_operator.ssa.lookup import Known, LiveLookup
+from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
+from kfdef_operator.ssa.waits import Waits
+
+log = logging.getLogger(__name__)
+
+# Kinds that may be deleted and re-created when an immutable field changes: they hold no data and their
+# consumers recover (pods are rolled, bindings re-read). Anything else needs ApplyOptions.force.
+STATELESS_KINDS = frozenset({
+    "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Service", "RoleBinding", "ClusterRoleBinding",
+    "PodDisruptionBudget", "Ingress", "NetworkPolicy",
+})
+
+FORGED_STAMP_NOTE = "carried the ownership stamp of a KfDef that does not exist"
+"""Starts the note of an object adopted although another KfDef's stamp was on it (that KfDef does not exist)."""
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """How far an apply may go beyond a plain server-side apply."""
+
+    #: Re-create objects of any kind (data-holding ones included) whose immutable fields changed (Flux's
+    #: ``spec.force``). Without it only :data:`STATELESS_KINDS` are re-created. Never objects the owner did not
+    #: create.
+    force: bool = False
+    #: Objects that are updated when present but never created when absent, with the reason (run-once objects
+    #: that completed and were removed, such as Jobs with a TTL).
+    keep_absent: Mapping[ObjectRef, str] = field(default_factory=dict)
+    #: Take every decision but write nothing: applies are server-side dry runs (also of objects whose digest
+    #: says they are unchanged, so that drift shows), nothing is deleted or re-created, CRDs are not waited for,
+    #: and custom resources of CRDs not installed yet are reported as created without being checked.
+    dry_run: bool = False
+
+
+def is_immutable_error(error: KubeApiError) -> bool:
+    text = error.message.lower()
+    return error.status in (409, 422) and ("immutable" in text or "cannot change" in text or "may not change" in text)
+
+
+class Applier:
+    """Applies objects through ``access``; ``owners`` reads whether an owner named by a stamp exists."""
+
+    def __init__(self, access: ApiAccess, lookup: LiveLookup, waits: Waits, owners: KubeClient) -> None:
+        self.access = access
+        self.lookup = lookup
+        self.waits = waits
+        self.owners = owners
+
+    async def apply_one(self, ownership: Ownership, obj: JSON, resource: Resource, live_meta: JSON | None,
+                        options: ApplyOptions = ApplyOptions()) -> Change:
+        """Apply one normalised object given what is known of its live copy (None: absent)."""
+        ref = ref_of(obj)
+        claim = ownership.claim(live_meta)
+        unclaimed_note = ""
+        if claim is Claim.FOREIGN:
+            assert live_meta is not None
+            if not await self._holder_missing(ownership, live_meta):
+                return Change(ref, Action.CONFLICT, f"already managed by {ownership.holder(live_meta)}; not applied")
+            claim = Claim.UNCLAIMED
+            unclaimed_note = (f"{FORGED_STAMP_NOTE}: it named {ownership.holder(live_meta)}, which does not exist; "
+                              "adopted (kept at prune and teardown)")
+        if ownership.opted_out(live_meta):
+            return Change(ref, Action.SKIPPED, "reconcile disabled on the object by annotation; not applied")
+        if claim is Claim.ABSENT and ref in options.keep_absent:
+            return Change(ref, Action.SKIPPED, options.keep_absent[ref])
+        stamped = ownership.stamp(obj, namespaced=resource.namespaced,
+                                  adopted=claim in (Claim.UNCLAIMED, Claim.ADOPTED))
+        if (live_meta is not None and claim in (Claim.OURS, Claim.ADOPTED) and not live_meta.get("deletionTimestamp")
+                and not options.dry_run and ownership.unchanged(live_meta, stamped)):
+            return Change(ref, Action.UNCHANGED)
+        try:
+            live, created, dropped = await self.server_side_apply(ref, stamped, resource, ownership.field_manager,
+                                                                  dry_run=options.dry_run)
+            if claim is Claim.ABSENT and not created:
+                # Created by someone else since the lookup: theirs, so adopted (kept at prune and teardown).
+                log.info("%s appeared between lookup and apply: adopting it", ref)
+                claim = Claim.UNCLAIMED
+                stamped = ownership.stamp(obj, namespaced=resource.namespaced, adopted=True)
+                live, created, dropped = await self.server_side_apply(ref, stamped, resource,
+                                                                      ownership.field_manager, dry_run=options.dry_run)
+        except KubeApiError as error:
+            if is_immutable_error(error):
+                return await self._recreate(ownership, ref, stamped, resource, claim, live_meta, options, error)
+            return Change(ref, Action.FAILED, self.access.describe(error))
+        action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
+        note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
+        note = "; ".join(n for n in (unclaimed_note, note) if n)
+        return Change(ref, action, note, live=live)
+
+    async def _holder_missing(self, ownership: Ownership, live_meta: JSON) -> bool:
+        """Whether the owner a stamp names is known not to exist (404). Any other answer (it exists, it may not be
+        read, the read failed) keeps the object the holder's."""
+        path = ownership.holder_path(live_meta)
+        if path is None:
+            return False
+        try:
+            return await self.owners.get(path, accept=ONE_METADATA_ONLY) is None
+        except KubeApiError as error:
+            log.info("cannot tell whether %s exists (%s); leaving its object alone", ownership.holder(live_meta),
+                     describe_api_error(error))
+            return False
+
+    async def server_side_apply(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str, *,
+                                dry_run: bool = False) -> tuple[JSON, bool, list[str]]:
+        """Apply ``desired``; returns (live object, created, fields dropped).
+
+        A custom resource with fields its CRD's structural schema does not
+        declare is refused by server-side apply, while ``kubectl create`` or a
+        client-side apply would have had them silently pruned. Such an object
+        is pruned against the schema the way the server prunes, and applied
+        again.
+        """
+        kube = self.access.kube
+        path = resource.path_of(ref)
+        try:
+            live, created = await kube.apply(path, desired, field_manager=field_manager, dry_run=dry_run)
+            return live, created, []
+        except KubeApiError as error:
+            if "not declared in schema" not in error.message or not ordering.is_custom_group(ref.group):
+                raise
+            crd = await kube.get(f"{CRD_PATH}/{resource.plural}.{resource.group}")
+            pruned, dropped = prune_custom_resource(desired, version_schema(crd or {}, resource.version))
+            if not dropped:
+                raise
+            log.info("%s: dropping fields its CRD does not declare: %s", ref, ", ".join(dropped))
+            live, created = await kube.apply(path, pruned, field_manager=field_manager, dry_run=dry_run)
+            return live, created, dropped
+
+    async def create(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str) -> JSON:
+        """Create ``desired`` only if no object of its name exists; raises :class:`KubeApiError` 409 if one does.
+
+        Server-side apply has no create-only form (a ``metadata.uid`` in an
+        apply body is refused for a missing object, a ``resourceVersion`` is
+        ignored), so this is a POST. A POST records the creator's fields as an
+        ``Update``, which a later apply would not take back: a field dropped
+        from the desired state would stay. The entry is therefore turned into
+        the ``Apply`` entry an apply would have made, guarded by the
+        resourceVersion the POST returned.
+        """
+        kube = self.access.kube
+        live = await kube.create(resource.collection_path(ref.namespace or None), desired, field_manager=field_manager)
+        for _ in range(3):
+            meta = live.get("metadata") or {}
+            entries = meta.get("managedFields") or []
+            ours = [e for e in entries if e.get("manager") == field_manager and e.get("operation") == "Update"
+                    and not e.get("subresource")]
+            if not ours:
+                return live
+            owned = [{**e, "operation": "Apply"} if e in ours else e for e in entries]
+            try:
+                return await kube.request("PATCH", resource.path_of(ref), content_type=MERGE_PATCH, body={
+                    "metadata": {"resourceVersion": meta.get("resourceVersion"), "managedFields": owned}})
+            except KubeApiError as error:
+                if error.status != 409:
+                    raise
+            current = await kube.get(resource.path_of(ref))
+            if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):
+                return live  # gone or replaced already: nothing of ours to fix
+            live = current
+        log.warning("%s: created, but its fields could not be recorded as applied (it kept changing); a field "
+                    "later dropped from the desired state may stay on it", ref)
+        return live
+
+    async def _recreate(self, ownership: Ownership, ref: ObjectRef, stamped: JSON, resource: Resource, claim: Claim,
+                        live_meta: JSON | None, options: ApplyOptions, error: KubeApiError) -> Change:
+        # The server's first line says which field; the rest is a diff of the whole spec.
+        refused = f"{error.status} {error.reason}: {error.message.splitlines()[0]}; an immutable field changed"
+        if claim is not Claim.OURS:
+            return Change(ref, Action.FAILED, f"{refused}, and the object existed before this stack: it is never "
+                                              "deleted or re-created by the operator; change it by hand")
+        if ref.kind not in STATELESS_KINDS and not options.force:
+            return Change(ref, Action.FAILED, f"{refused}; {ref.kind} may hold data and is re-created only when the "
+                                              "owner sets spec.force: true (or delete it by hand)")
+        if options.dry_run:
+            return Change(ref, Action.CREATED, "would be deleted and re-created: an immutable field changed")
+        path = resource.path_of(ref)
+        log.info("re-creating %s: an immutable field changed", ref)
+        try:
+            await self.access.kube.request("DELETE", path, body=delete_body((live_meta or {}).get("uid")))
+        except KubeApiError as delete_error:
+            if delete_error.status == 409:
+                return Change(ref, Action.FAILED, "re-create: the object was replaced by another one meanwhile; "
+                                                  "not deleted, retried at the next reconcile")
+            if delete_error.status != 404:
+                return Change(ref, Action.FAILED, f"re-create: delete failed: {self.access.describe(delete_error)}")
+        gone = await self.waits.gone(ownership, ref, resource.version, timeout=60)
+        if gone is not True:
+            return Change(ref, Action.FAILED,
+                          f"re-create: the old object is {gone}; it will be applied once it is gone")
+        try:
+            live, _ = await self.access.kube.apply(path, stamped, field_manager=ownership.field_manager)
+        except KubeApiError as apply_error:
+            return Change(ref, Action.FAILED, f"re-create: apply failed: {self.access.describe(apply_error)}")
+        return Change(ref, Action.CREATED, "re-created: an immutable field changed", live=live)
+
+    async def apply_stage(self, ownership: Ownership, items: list[tuple[JSON, Resource]],
+                          known: Mapping[ObjectRef, Known] | None = None,
+                          options: ApplyOptions = ApplyOptions()) -> list[Change]:
+        """Apply objects of one stage concurrently; they are started in the order given.
+
+        ``known`` holds live metadata looked up earlier; objects it does not
+        cover are looked up now. An object that could not be read is not applied.
+        """
+        known = dict(known or {})
+        known.update(await self.lookup.lookup([(ref_of(obj), resource) for obj, resource in items
+                                               if ref_of(obj) not in known]))
+
+        async def apply(obj: JSON, resource: Resource) -> Change:
+            live_meta = known[ref_of(obj)]
+            if isinstance(live_meta, KubeApiError):
+                return Change(ref_of(obj), Action.FAILED, f"not read, so not applied (applying needs get and "
+                                                          f"patch): {self.access.describe(live_meta)}")
+            return await self.apply_one(ownership, obj, resource, live_meta, options)
+
+        results = await self.access.gather([apply(obj, resource) for obj, resource in items])
+        return [result if isinstance(result, Change) else Change(ref_of(obj), Action.FAILED,
+                                                                 self.access.describe(result))
+                for (obj, _), result in zip(items, results, strict=True)]
