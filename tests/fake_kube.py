@@ -467,7 +467,10 @@ class FakeApiServer:
 
     def _create(self, kind: Kind, namespace: str | None, body: JSON, manager: str, operation: str,
                 dry_run: bool) -> JSON:
-        meta = body.get("metadata") or {}
+        meta = dict(body.get("metadata") or {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{next(self._counter):x}"
+        body = {**body, "metadata": meta}
         key = self._key(kind, namespace or meta.get("namespace"), meta.get("name", ""))
         if key in self._objects:
             raise ApiError(409, "AlreadyExists", f'{kind.plural} "{meta.get("name")}" already exists')
