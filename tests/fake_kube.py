@@ -10,8 +10,9 @@ answers there, as a model of the API server small enough to read:
 - server-side apply as a merge of the applied intent into the object, fields a manager applied before and left out
   now removed; create (409 when present), update (409 on a stale resourceVersion), JSON merge patch, delete with
   uid and resourceVersion preconditions (409), finalizers (deletionTimestamp), dry runs that store nothing;
-- a Namespace or CRD deleted takes what lives in it along (the controllers' work, done at once); a CRD created
-  serves its kind and is Established after ``crd_established_after`` virtual seconds;
+- a Namespace or CRD deleted has what lives in it deleted at once (the controllers' work) and goes once that is
+  gone (finalizers hold both); a CRD created serves its kind and is Established after ``crd_established_after``
+  virtual seconds;
 - lists with label and field selectors, metadata-only answers, aggregated discovery;
 - watches fed from the changes (initial ADDED events, or a replay from a resourceVersion), ended on request;
 - what another client does just before a request arrives (:meth:`before`); faults by rule (:meth:`fail`):
@@ -535,7 +536,7 @@ class FakeApiServer:
         version = next(self._counter)
         meta["resourceVersion"] = str(version)
         key = self._key(kind, meta.get("namespace"), meta["name"])
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if self._done_terminating(kind, obj):
             self._erase(kind, obj)
             return copy.deepcopy(obj)
         self._objects[key] = obj
@@ -552,16 +553,39 @@ class FakeApiServer:
                 raise ApiError(409, "Conflict", f"Precondition failed: {field_name} in precondition: "
                                                 f"{preconditions[field_name]}, {field_name} in object meta: "
                                                 f"{meta.get(field_name)}")
-        if dry_run:
+        if dry_run or meta.get("deletionTimestamp"):
             return copy.deepcopy(live)
-        if meta.get("finalizers"):
-            if not meta.get("deletionTimestamp"):
-                terminating = copy.deepcopy(live)
-                terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
-                return self._store(kind, terminating, "MODIFIED")
+        contents = self._contents(kind, live)
+        if not meta.get("finalizers") and not contents:
+            self._erase(kind, live)
             return copy.deepcopy(live)
-        self._erase(kind, live)
-        return copy.deepcopy(live)
+        terminating = copy.deepcopy(live)
+        terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+        stored = self._store(kind, terminating, "MODIFIED")
+        for content_kind, content in contents:  # the namespace controller's or CRD finalizer's work, at once
+            self._delete(content_kind, content, {}, dry_run=False)
+        return stored
+
+    def _contents(self, kind: Kind, obj: JSON) -> list[tuple[Kind, JSON]]:
+        """What lives in a Namespace or is of a CRD's kind (and goes when it goes)."""
+        if kind.kind == "Namespace":
+            return [(self.kinds[key[:2]], o) for key, o in self._objects.items() if key[2] == obj["metadata"]["name"]]
+        if kind.kind == "CustomResourceDefinition":
+            spec = obj.get("spec") or {}
+            served = (spec.get("group"), (spec.get("names") or {}).get("plural"))
+            return [(self.kinds[key[:2]], o) for key, o in self._objects.items() if key[:2] == served]
+        return []
+
+    def _parent(self, kind: Kind, obj: JSON) -> tuple[Kind, JSON] | None:
+        """The Namespace an object lives in, or the CRD of a custom resource, when stored."""
+        if kind.namespaced:
+            namespaces = self.kinds[("", "namespaces")]
+            found = self._objects.get(self._key(namespaces, None, obj["metadata"].get("namespace", "")))
+            if found is not None:
+                return namespaces, found
+        crds = self.kinds[(CRD_GROUP, "customresourcedefinitions")]
+        crd = self._objects.get(self._key(crds, None, f"{kind.plural}.{kind.group}"))
+        return (crds, crd) if crd is not None else None
 
     def _erase(self, kind: Kind, obj: JSON) -> None:
         meta = obj["metadata"]
@@ -571,18 +595,20 @@ class FakeApiServer:
             del self._applied[applied]
         version = next(self._counter)
         self._emit(version, "DELETED", kind, {**obj, "metadata": {**meta, "resourceVersion": str(version)}})
-        if kind.kind == "Namespace":  # the namespace controller's work, at once
-            for other_key, other in list(self._objects.items()):
-                if other_key[2] == meta["name"]:
-                    self._erase(self.kinds[other_key[:2]], other)
-        elif kind.kind == "CustomResourceDefinition":  # the CRD finalizer's work, at once
+        for content_kind, content in self._contents(kind, obj):  # removed by someone else: no finalizer waits
+            self._erase(content_kind, content)
+        if kind.kind == "CustomResourceDefinition":
             spec = obj.get("spec") or {}
-            plural = (spec.get("names") or {}).get("plural", "")
-            for other_key, other in list(self._objects.items()):
-                if other_key[:2] == (spec.get("group"), plural):
-                    self._erase(self.kinds[other_key[:2]], other)
-            self.kinds.pop((spec.get("group", ""), plural), None)
-            self._versions.pop((spec.get("group", ""), plural), None)
+            served = (spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
+            self.kinds.pop(served, None)
+            self._versions.pop(served, None)
+        parent = self._parent(kind, obj)
+        if parent is not None and self._done_terminating(*parent):
+            self._erase(*parent)
+
+    def _done_terminating(self, kind: Kind, obj: JSON) -> bool:
+        meta = obj["metadata"]
+        return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers") and not self._contents(kind, obj)
 
     def _crd_created(self, crd: JSON) -> None:
         spec = crd.get("spec") or {}

@@ -2,13 +2,14 @@
 
 The loop is looptime's (``looptime.new_event_loop``): its clock jumps to the next timer whenever every task waits.
 The product measures durations with ``time.monotonic()`` (lease deadlines, heal backoffs, CRD waits), so for the
-length of the run that function reads the loop's clock when called on the loop's thread; other threads keep the
-real clock.
+length of the run that function reads the loop's clock when called on the loop's thread (plus a nanosecond per
+read, so that it never stands still); other threads keep the real clock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -25,13 +26,18 @@ def run(main: Coroutine[Any, Any, T], *, limit: float = 3_600.0) -> T:
     :class:`looptime.LoopTimeoutError` (a test that would hang fails instead)."""
     loop = looptime.new_event_loop(start=START, end=START + limit)
     real_monotonic = time.monotonic
+    reads = itertools.count(1)
 
     def monotonic() -> float:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             return real_monotonic()
-        return running.time() if running is loop else real_monotonic()
+        if running is not loop:
+            return real_monotonic()
+        # A nanosecond more per read, as reading a real clock takes time: a loop that waits "until the deadline has
+        # passed" in steps of "what is left" would otherwise see the deadline reached but never passed.
+        return running.time() + next(reads) * 1e-9
 
     time.monotonic = monotonic
     try:
