@@ -35,47 +35,30 @@ from urllib.parse import parse_qs, urlsplit
 
 from kfdef_operator.api import names
 from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.ssa.discovery import Resource
 
 JSON = dict[str, Any]
 HOST = "https://fake-kube.invalid"
 CRD_GROUP = "apiextensions.k8s.io"
 
 
-@dataclass(frozen=True)
-class Kind:
-    group: str
-    version: str
-    kind: str
-    plural: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, name: str | None = None, namespace: str | None = None) -> str:
-        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        scope = f"/namespaces/{namespace}" if self.namespaced and namespace else ""
-        return f"{prefix}{scope}/{self.plural}" + (f"/{name}" if name else "")
-
-
 BUILTIN_KINDS = [
-    Kind("", "v1", "Namespace", "namespaces", False),
-    Kind("", "v1", "ConfigMap", "configmaps", True),
-    Kind("", "v1", "Secret", "secrets", True),
-    Kind("", "v1", "ServiceAccount", "serviceaccounts", True),
-    Kind("", "v1", "Service", "services", True),
-    Kind("", "v1", "Event", "events", True),
-    Kind("apps", "v1", "Deployment", "deployments", True),
-    Kind("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
-    Kind("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
-    Kind("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
-    Kind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
-    Kind("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration",
+    Resource("", "v1", "Namespace", "namespaces", False),
+    Resource("", "v1", "ConfigMap", "configmaps", True),
+    Resource("", "v1", "Secret", "secrets", True),
+    Resource("", "v1", "ServiceAccount", "serviceaccounts", True),
+    Resource("", "v1", "Service", "services", True),
+    Resource("", "v1", "Event", "events", True),
+    Resource("apps", "v1", "Deployment", "deployments", True),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
+    Resource("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
+    Resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
+    Resource("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration",
          "validatingwebhookconfigurations", False),
-    Kind("coordination.k8s.io", "v1", "Lease", "leases", True),
-    Kind(CRD_GROUP, "v1", "CustomResourceDefinition", "customresourcedefinitions", False),
-    Kind(names.GROUP, names.VERSION, names.KIND, names.PLURAL, True),  # the operator's own CRD, installed
+    Resource("coordination.k8s.io", "v1", "Lease", "leases", True),
+    Resource(CRD_GROUP, "v1", "CustomResourceDefinition", "customresourcedefinitions", False),
+    Resource(names.GROUP, names.VERSION, names.KIND, names.PLURAL, True),  # the operator's own CRD, installed
 ]
 
 
@@ -128,7 +111,7 @@ class ApiError(Exception):
 
 @dataclass
 class _Watch:
-    kind: Kind
+    kind: Resource
     namespace: str | None
     labels: str | None
     fields: str | None
@@ -239,14 +222,14 @@ class FakeApiServer:
         self.log: list[Received] = []
         self.faults: list[Fault] = []
         self._hooks: list[tuple[str | None, str | None, Callable[[Received], None]]] = []
-        self.kinds: dict[tuple[str, str], Kind] = {}
+        self.kinds: dict[tuple[str, str], Resource] = {}
         self._versions: dict[tuple[str, str], set[str]] = {}  # served versions by (group, plural)
         for kind in BUILTIN_KINDS:
             self.serve(kind)
         self._objects: dict[tuple[str, str, str, str], JSON] = {}  # group, plural, namespace, name
         self._applied: dict[tuple[tuple[str, str, str, str], str], JSON] = {}  # what each manager applied last
         self._counter = itertools.count(100)
-        self._history: list[tuple[int, str, Kind, JSON]] = []
+        self._history: list[tuple[int, str, Resource, JSON]] = []
         self._watches: list[_Watch] = []
         # The REST client and configuration of an ``ApiClient``: the only parts KubeClient uses.
         self.configuration = _Configuration()
@@ -260,11 +243,11 @@ class FakeApiServer:
 
     # -- what tests set up and look at -------------------------------------------------------------------
 
-    def serve(self, kind: Kind) -> None:
+    def serve(self, kind: Resource) -> None:
         self.kinds[(kind.group, kind.plural)] = kind
         self._versions.setdefault((kind.group, kind.plural), set()).add(kind.version)
 
-    def kind_of(self, api_version: str, kind_name: str) -> Kind:
+    def kind_of(self, api_version: str, kind_name: str) -> Resource:
         group = api_version.rpartition("/")[0]
         for kind in self.kinds.values():
             if kind.group == group and kind.kind == kind_name:
@@ -273,7 +256,7 @@ class FakeApiServer:
 
     def path_of(self, obj: JSON) -> str:
         meta = obj.get("metadata") or {}
-        return self.kind_of(obj["apiVersion"], obj["kind"]).path(meta["name"], meta.get("namespace"))
+        return self.kind_of(obj["apiVersion"], obj["kind"]).object_path(meta["name"], meta.get("namespace"))
 
     def put(self, obj: JSON, *, manager: str = "someone-else") -> JSON:
         """Store ``obj`` as another client would create it (events are sent)."""
@@ -377,7 +360,7 @@ class FakeApiServer:
 
     # -- the API server model ----------------------------------------------------------------------------
 
-    def _parse(self, path: str) -> tuple[Kind, str | None, str | None, str | None]:
+    def _parse(self, path: str) -> tuple[Resource, str | None, str | None, str | None]:
         """(kind, namespace, name, subresource) of a resource path."""
         parts = path.strip("/").split("/")
         group, version, rest = ("", parts[1], parts[2:]) if parts[0] == "api" else (parts[1], parts[2], parts[3:])
@@ -390,7 +373,7 @@ class FakeApiServer:
         return kind, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None
 
     @staticmethod
-    def _key(kind: Kind, namespace: str | None, name: str) -> tuple[str, str, str, str]:
+    def _key(kind: Resource, namespace: str | None, name: str) -> tuple[str, str, str, str]:
         return kind.group, kind.plural, (namespace or "") if kind.namespaced else "", name
 
     def _handle(self, method: str, path: str, params: dict[str, str], body: Any, accept: str,
@@ -452,7 +435,7 @@ class FakeApiServer:
             {"version": version, "resources": resources} for version, resources in versions.items()]}
             for group, versions in groups.items()]}
 
-    def _list(self, kind: Kind, namespace: str | None, params: dict[str, str], metadata_only: bool) -> JSON:
+    def _list(self, kind: Resource, namespace: str | None, params: dict[str, str], metadata_only: bool) -> JSON:
         items = [copy.deepcopy(obj) for (group, plural, ns, _), obj in sorted(self._objects.items())
                  if (group, plural) == (kind.group, kind.plural) and (namespace is None or ns == namespace)
                  and _labels_match(obj["metadata"].get("labels") or {}, params.get("labelSelector"))
@@ -466,7 +449,7 @@ class FakeApiServer:
     def _last_version(self) -> int:
         return self._history[-1][0] if self._history else 99
 
-    def _create(self, kind: Kind, namespace: str | None, body: JSON, manager: str, operation: str,
+    def _create(self, kind: Resource, namespace: str | None, body: JSON, manager: str, operation: str,
                 dry_run: bool) -> JSON:
         meta = dict(body.get("metadata") or {})
         if not meta.get("name") and meta.get("generateName"):
@@ -490,7 +473,7 @@ class FakeApiServer:
             return {**obj, "metadata": {**obj["metadata"], "resourceVersion": ""}}
         return self._store(kind, obj, "ADDED")
 
-    def _apply(self, kind: Kind, namespace: str | None, name: str, intent: JSON, params: dict[str, str],
+    def _apply(self, kind: Resource, namespace: str | None, name: str, intent: JSON, params: dict[str, str],
                dry_run: bool) -> tuple[int, JSON]:
         manager = params.get("fieldManager", "")
         key = self._key(kind, namespace, name)
@@ -521,7 +504,7 @@ class FakeApiServer:
             self._applied[(key, manager)] = copy.deepcopy(intent)
         return 200, answer
 
-    def _commit(self, kind: Kind, obj: JSON, live: JSON, dry_run: bool) -> JSON:
+    def _commit(self, kind: Resource, obj: JSON, live: JSON, dry_run: bool) -> JSON:
         """Store an update of ``live`` (nothing when ``obj`` is the same, as the server does)."""
         if obj == live:
             return copy.deepcopy(live)
@@ -529,7 +512,7 @@ class FakeApiServer:
             return copy.deepcopy(obj)
         return self._store(kind, obj, "MODIFIED", spec_before=_spec_of(live))
 
-    def _store(self, kind: Kind, obj: JSON, event: str, *, spec_before: JSON | None = None) -> JSON:
+    def _store(self, kind: Resource, obj: JSON, event: str, *, spec_before: JSON | None = None) -> JSON:
         meta = obj["metadata"]
         if spec_before is not None and _spec_of(obj) != spec_before:
             meta["generation"] = int(meta.get("generation") or 1) + 1
@@ -545,7 +528,7 @@ class FakeApiServer:
             self._crd_created(obj)
         return copy.deepcopy(obj)
 
-    def _delete(self, kind: Kind, live: JSON, options: JSON, dry_run: bool) -> JSON:
+    def _delete(self, kind: Resource, live: JSON, options: JSON, dry_run: bool) -> JSON:
         preconditions = options.get("preconditions") or {}
         meta = live["metadata"]
         for field_name in ("uid", "resourceVersion"):
@@ -566,7 +549,7 @@ class FakeApiServer:
             self._delete(content_kind, content, {}, dry_run=False)
         return stored
 
-    def _contents(self, kind: Kind, obj: JSON) -> list[tuple[Kind, JSON]]:
+    def _contents(self, kind: Resource, obj: JSON) -> list[tuple[Resource, JSON]]:
         """What lives in a Namespace or is of a CRD's kind (and goes when it goes)."""
         if kind.kind == "Namespace":
             return [(self.kinds[key[:2]], o) for key, o in self._objects.items() if key[2] == obj["metadata"]["name"]]
@@ -576,7 +559,7 @@ class FakeApiServer:
             return [(self.kinds[key[:2]], o) for key, o in self._objects.items() if key[:2] == served]
         return []
 
-    def _parent(self, kind: Kind, obj: JSON) -> tuple[Kind, JSON] | None:
+    def _parent(self, kind: Resource, obj: JSON) -> tuple[Resource, JSON] | None:
         """The Namespace an object lives in, or the CRD of a custom resource, when stored."""
         if kind.namespaced:
             namespaces = self.kinds[("", "namespaces")]
@@ -587,7 +570,7 @@ class FakeApiServer:
         crd = self._objects.get(self._key(crds, None, f"{kind.plural}.{kind.group}"))
         return (crds, crd) if crd is not None else None
 
-    def _erase(self, kind: Kind, obj: JSON) -> None:
+    def _erase(self, kind: Resource, obj: JSON) -> None:
         meta = obj["metadata"]
         key = self._key(kind, meta.get("namespace"), meta["name"])
         self._objects.pop(key, None)
@@ -606,7 +589,7 @@ class FakeApiServer:
         if parent is not None and self._done_terminating(*parent):
             self._erase(*parent)
 
-    def _done_terminating(self, kind: Kind, obj: JSON) -> bool:
+    def _done_terminating(self, kind: Resource, obj: JSON) -> bool:
         meta = obj["metadata"]
         return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers") and not self._contents(kind, obj)
 
@@ -615,7 +598,7 @@ class FakeApiServer:
         names = spec.get("names") or {}
         for version in spec.get("versions") or []:
             if version.get("served", True):
-                self.serve(Kind(spec["group"], version["name"], names["kind"], names["plural"],
+                self.serve(Resource(spec["group"], version["name"], names["kind"], names["plural"],
                                 spec.get("scope") == "Namespaced"))
         if self.crd_established_after is not None:
             path = self.path_of(crd)
@@ -633,7 +616,7 @@ class FakeApiServer:
 
     # -- watches -------------------------------------------------------------------------------------------
 
-    def _emit(self, version: int, event: str, kind: Kind, obj: JSON) -> None:
+    def _emit(self, version: int, event: str, kind: Resource, obj: JSON) -> None:
         self._history.append((version, event, kind, copy.deepcopy(obj)))
         for watch in self._watches:
             if watch.kind == kind and watch.wants(obj):

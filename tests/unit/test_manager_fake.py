@@ -13,6 +13,7 @@ from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.manager import ResourceManager
 from tests import virtual_time
 from tests.fake_kube import FakeApiServer, Received
+from tests.stacks import crd
 
 OWNER = Owner("stack", "owners", "uid-of-the-kfdef")
 GROUP = "widgets.example.com"
@@ -25,16 +26,6 @@ def namespace(name: str) -> dict:
 def config_map(name: str, ns: str = "apps", **data: str) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns},
             "data": data or {"k": "v"}}
-
-
-def crd() -> dict:
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"widgets.{GROUP}"},
-            "spec": {"group": GROUP, "scope": "Namespaced",
-                     "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-                     "versions": [{"name": "v1", "served": True, "storage": True,
-                                   "schema": {"openAPIV3Schema": {"type": "object",
-                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 
 def widget(name: str, ns: str = "apps") -> dict:
@@ -74,7 +65,7 @@ def test_namespaces_and_crds_are_applied_before_what_lives_in_them_and_webhooks_
 
     async def scenario():
         manager = await manager_on(server)
-        changes = await apply_all(manager, [webhook("guard"), widget("w1"), config_map("c1"), crd(),
+        changes = await apply_all(manager, [webhook("guard"), widget("w1"), config_map("c1"), crd(GROUP, "Widget"),
                                             namespace("apps")])
         return {str(c.ref.name): c.action for c in changes}
 
@@ -93,7 +84,7 @@ def test_reapplying_an_unchanged_set_writes_nothing() -> None:
 
     async def scenario():
         manager = await manager_on(server)
-        objects = [namespace("apps"), config_map("c1"), crd(), widget("w1")]
+        objects = [namespace("apps"), config_map("c1"), crd(GROUP, "Widget"), widget("w1")]
         await apply_all(manager, objects)
         writes = len(server.received(writes_only=True))
         again = await apply_all(manager, objects)
@@ -164,7 +155,7 @@ def test_an_immutable_field_re_creates_a_stateless_object_the_owner_created_but_
 
 def test_teardown_deletes_in_waves_each_awaited_before_the_next() -> None:
     server = FakeApiServer()
-    objects = [namespace("apps"), config_map("c1"), crd(), widget("w1"), webhook("guard")]
+    objects = [namespace("apps"), config_map("c1"), crd(GROUP, "Widget"), widget("w1"), webhook("guard")]
 
     async def scenario():
         manager = await manager_on(server)

@@ -8,8 +8,9 @@ these tests are about, and the render helper is a Go build.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,36 +74,29 @@ def cluster() -> FakeApiServer:
     return server
 
 
-def reconciler_on(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | None = None) -> Reconciler:
+@contextlib.asynccontextmanager
+async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | None = None
+                   ) -> AsyncIterator[Reconciler]:
+    """A started Reconciler handed the KfDef's watch events (as kopf does), and the KfDef created."""
     settings = Settings(work_dir=repo.parent / "work", renderer=CannedRender(objects=OBJECTS),
                         fetch_options=FetchOptions.from_env({}, local_roots=(repo.parent,)), work_threads=1)
-    return Reconciler(server.client(), settings, gate=gate)
+    reconciler = Reconciler(server.client(), settings, gate=gate)
+    await reconciler.start()
+    kube = server.client()
 
+    async def follow() -> None:
+        async for event in kube.watch(f"/apis/kfdef.apps.kubeflow.org/v1/namespaces/{NAMESPACE}/kfdefs",
+                                      timeout_seconds=100_000):
+            reconciler.observe(event["type"], event["object"])
 
-class Feed:
-    """Hands the KfDef's watch events to the reconciler, as kopf does."""
-
-    def __init__(self, server: FakeApiServer, reconciler: Reconciler) -> None:
-        self._server = server
-        self._reconciler = reconciler
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Feed:
-        kube = self._server.client()
-
-        async def follow() -> None:
-            collection = f"/apis/kfdef.apps.kubeflow.org/v1/namespaces/{NAMESPACE}/kfdefs"
-            async for event in kube.watch(collection, timeout_seconds=100_000):
-                self._reconciler.observe(event["type"], event["object"])
-
-        self._task = asyncio.create_task(follow())
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        await self._reconciler.stop()
+    feed = asyncio.create_task(follow())
+    server.put(kfdef(repo))
+    try:
+        yield reconciler
+    finally:
+        feed.cancel()
+        await asyncio.gather(feed, return_exceptions=True)
+        await reconciler.stop()
 
 
 async def until(check: Callable[[], object], *, within: float = 120.0) -> None:
@@ -121,10 +115,7 @@ def test_a_new_kfdef_gets_its_finalizer_before_anything_is_applied_then_its_obje
     server = cluster()
 
     async def scenario():
-        reconciler = reconciler_on(server, repo)
-        await reconciler.start()
-        server.put(kfdef(repo))
-        async with Feed(server, reconciler):
+        async with operator(server, repo):
             await until(lambda: condition(server, "Ready").get("status") == "True")
 
     virtual_time.run(scenario())
@@ -142,12 +133,9 @@ def test_a_refused_object_is_retried_with_the_backoff_and_reported_meanwhile(rep
     server = cluster()
 
     async def scenario():
-        reconciler = reconciler_on(server, repo)
-        await reconciler.start()
         server.fail("PATCH", f"{CM_COLLECTION}/second", 422, "data: Invalid value: refused", reason="Invalid",
                     times=3)
-        server.put(kfdef(repo))
-        async with Feed(server, reconciler):
+        async with operator(server, repo):
             await until(lambda: "refused" in condition(server, "Ready").get("message", ""))
             reported = condition(server, "Ready")
             await until(lambda: condition(server, "Ready").get("status") == "True", within=300)
@@ -166,10 +154,7 @@ def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:
     server = cluster()
 
     async def scenario():
-        reconciler = reconciler_on(server, repo)
-        await reconciler.start()
-        server.put(kfdef(repo))
-        async with Feed(server, reconciler):
+        async with operator(server, repo):
             await until(lambda: condition(server, "Ready").get("status") == "True")
             await server.client().request("DELETE", KFDEF)
             await until(lambda: server.get(KFDEF) is None)
@@ -186,10 +171,7 @@ def test_a_teardown_held_by_a_finalizer_is_retried_with_the_backoff_and_reported
     server = cluster()
 
     async def scenario():
-        reconciler = reconciler_on(server, repo)
-        await reconciler.start()
-        server.put(kfdef(repo))
-        async with Feed(server, reconciler):
+        async with operator(server, repo):
             await until(lambda: condition(server, "Ready").get("status") == "True")
             server.modify(f"{CM_COLLECTION}/first",
                           lambda obj: obj["metadata"].__setitem__("finalizers", ["example.com/hold"]))
@@ -214,10 +196,7 @@ def test_stepping_down_stops_every_write_at_once(repo) -> None:
 
     async def scenario():
         gate = asyncio.Event()
-        reconciler = reconciler_on(server, repo, gate=gate)
-        await reconciler.start()
-        server.put(kfdef(repo))
-        async with Feed(server, reconciler):
+        async with operator(server, repo, gate=gate) as reconciler:
             await asyncio.sleep(5)
             standby_writes = len(server.received(writes_only=True))
             reconciler.take_over()
