@@ -16,7 +16,7 @@ answers there, as a model of the API server small enough to read:
 - lists with label and field selectors, metadata-only answers, aggregated discovery;
 - watches fed from the changes (initial ADDED events, or a replay from a resourceVersion), ended on request;
 - what another client does just before a request arrives (:meth:`before`); faults by rule (:meth:`fail`):
-  status, reason, message, Retry-After, a delay, or a request that never answers;
+  status, reason, message, Retry-After, or a request that never answers;
 - a log of every request received (:attr:`log`), with the virtual times it arrived and was answered (each
   request takes ``latency`` virtual seconds, so that what waits for an answer shows in the times).
 """
@@ -83,8 +83,8 @@ class Received:
 
 @dataclass
 class Fault:
-    """Answer matching requests with an error (``status``), after ``delay`` virtual seconds, ``times`` times
-    (None: always). ``hang``: never answer (until the caller gives up)."""
+    """Answer matching requests with an error (``status``), ``times`` times (None: always). ``hang``: never answer
+    (until the caller gives up)."""
 
     method: str | None
     path: str | None
@@ -93,7 +93,6 @@ class Fault:
     reason: str = ""
     times: int | None = 1
     retry_after: str | None = None
-    delay: float = 0.0
     hang: bool = False
     when: Callable[[Received], bool] | None = None
 
@@ -104,9 +103,11 @@ class Fault:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    """The server's refusal, answered as a ``Status``."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
+        self.status, self.reason, self.message, self.retry_after = status, reason, message, retry_after
 
 
 @dataclass
@@ -287,11 +288,10 @@ class FakeApiServer:
         self._erase(kind, self._objects[self._key(kind, namespace, name or "")])
 
     def fail(self, method: str | None, path: str | None, status: int, message: str = "", *, reason: str = "",
-             times: int | None = 1, retry_after: str | None = None, delay: float = 0.0, hang: bool = False,
+             times: int | None = 1, retry_after: str | None = None, hang: bool = False,
              when: Callable[[Received], bool] | None = None) -> Fault:
         """Answer the next ``times`` matching requests (``path``: a substring) with ``status``."""
-        fault = Fault(method, path, status, message or f"injected {status}", reason, times, retry_after, delay,
-                      hang, when)
+        fault = Fault(method, path, status, message or f"injected {status}", reason, times, retry_after, hang, when)
         self.faults.append(fault)
         return fault
 
@@ -327,13 +327,13 @@ class FakeApiServer:
             await self._injected(received)
             if method == "GET" and params.get("watch"):
                 lines = self._open_watch(parts.path, params)
-                received.status = 200
+                received.status, received.answered_at = 200, asyncio.get_running_loop().time()
                 return _Response(200, {}, lines=lines)
             status, answer = self._handle(method, parts.path, params, body, headers.get("Accept", ""),
                                           received.content_type)
         except ApiError as error:
             received.status, received.answered_at = error.status, asyncio.get_running_loop().time()
-            fault_headers = {"Retry-After": error.retry_after} if getattr(error, "retry_after", None) else {}
+            fault_headers = {"Retry-After": error.retry_after} if error.retry_after else {}
             return _Response(error.status, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                             "reason": error.reason, "message": error.message,
                                             "code": error.status}, fault_headers)
@@ -353,10 +353,7 @@ class FakeApiServer:
                 fault.times -= 1
             if fault.hang:
                 await asyncio.Event().wait()
-            await asyncio.sleep(fault.delay)
-            error = ApiError(fault.status, fault.reason, fault.message)
-            error.retry_after = fault.retry_after  # type: ignore[attr-defined]
-            raise error
+            raise ApiError(fault.status, fault.reason, fault.message, fault.retry_after)
 
     # -- the API server model ----------------------------------------------------------------------------
 

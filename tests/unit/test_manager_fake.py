@@ -238,3 +238,20 @@ def test_a_read_answered_500_is_retried_with_growing_pauses() -> None:
     lists = server.received("GET", "/namespaces/apps/configmaps")
     pauses = [round(later.at - earlier.answered_at, 3) for earlier, later in itertools.pairwise(lists)]
     assert pauses == [0.05, 0.1, 0.2]
+
+
+def test_a_throttled_write_is_sent_again_after_the_servers_retry_after() -> None:
+    server = FakeApiServer()
+    server.put(namespace("apps"))
+
+    async def scenario():
+        manager = await manager_on(server)
+        server.fail("PATCH", "/configmaps/c1", 429, "storage is (re)initializing", reason="TooManyRequests",
+                    retry_after="3")
+        return await apply_all(manager, [config_map("c1")])
+
+    (change,) = virtual_time.run(scenario())
+    assert change.action is Action.CREATED
+    refused, accepted = server.received("PATCH", "/configmaps/c1")
+    assert (refused.status, accepted.status) == (429, 201)
+    assert round(accepted.at - refused.answered_at, 3) == 3.0
