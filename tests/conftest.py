@@ -17,6 +17,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 _FIRST_PROCESS = pytest.StashKey[int]()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """looptime's pytest plugin patches pytest-asyncio's loops, and with pytest-asyncio absent (it is, here) its
+    fixture hook fails the setup of every fixture (looptime 0.9). The tests run virtual-time loops themselves
+    (tests/virtual_time.py), so the plugin is left out."""
+    config.pluginmanager.set_blocked("looptime_plugin")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A failing test's report carries the log tails of the operators it ran (CI shows nothing else): those

@@ -1,0 +1,219 @@
+"""Healer against the in-memory API server, in virtual time, fed by the real Tracker's watches: what is put back and
+how, the backoff against a fight, retries of refused heals, objects someone else took, a watch that ends."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from kfdef_operator.runtime.events import EventRecorder
+from kfdef_operator.runtime.heal import FIGHT_THRESHOLD, Healer
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.tracker import Tracker
+from kfdef_operator.ssa.changeset import Action
+from kfdef_operator.ssa.discovery import Discovery
+from kfdef_operator.ssa.inventory import ref_of
+from kfdef_operator.ssa.manager import ResourceManager
+from tests import virtual_time
+from tests.fake_kube import FakeApiServer
+
+OWNER = Owner("stack", "apps", "uid-of-the-kfdef")
+CM_PATH = "/api/v1/namespaces/apps/configmaps/settings"
+
+
+def config_map(name: str = "settings", **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "apps"},
+            "data": data or {"mode": "on"}}
+
+
+@dataclass
+class Healing:
+    """A stack applied through a ResourceManager, its objects watched by a Tracker that feeds a Healer."""
+
+    server: FakeApiServer
+    stack: Stack
+    healer: Healer
+    tracker: Tracker
+    reports: list[float]
+
+    async def settle(self, seconds: float = 0.5) -> None:
+        await asyncio.sleep(seconds)
+
+    async def close(self) -> None:
+        await self.healer.stop()
+        await self.tracker.close()
+
+
+async def healing(server: FakeApiServer, objects: list[dict]) -> Healing:
+    kube = server.client()
+    discovery = Discovery(kube)
+    await discovery.refresh()
+    stack = Stack(OWNER, 1)
+    reports: list[float] = []
+    healer: Healer | None = None
+
+    def on_event(event_type, ref, live, obj) -> None:
+        if healer is not None and ref in stack.desired:
+            healer.observe(stack, event_type, ref, live, obj)
+
+    tracker = Tracker(kube, on_event)
+    manager = ResourceManager(kube, discovery, tracker)
+    healer = Healer(lambda _: manager, tracker, EventRecorder(kube), {stack.key: stack},
+                    lambda _: reports.append(virtual_time.now()))
+    resolved = [(obj, discovery.cached(obj["apiVersion"], obj["kind"])) for obj in objects]
+    stack.want({ref_of(obj): obj for obj in objects})
+    stack.resources = {ref_of(obj): resource for obj, resource in resolved}
+    await tracker.watch({(resource, "") for _, resource in resolved})
+    stack.record_apply(await manager.apply_all(OWNER, resolved, []))
+    healer.applied(stack)
+    await asyncio.sleep(1)  # the apply's own watch events pass
+    return Healing(server, stack, healer, tracker, reports)
+
+
+def cluster() -> FakeApiServer:
+    server = FakeApiServer()
+    server.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+    return server
+
+
+def test_a_deleted_object_is_created_again_create_only_within_milliseconds() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        deleted_at = virtual_time.now()
+        server.remove(CM_PATH)
+        await h.settle()
+        await h.close()
+        return h, deleted_at
+
+    h, deleted_at = virtual_time.run(scenario())
+    (create,) = server.received("POST", "/namespaces/apps/configmaps")
+    assert create.at - deleted_at < 0.1
+    applies = [r for r in server.received("PATCH", CM_PATH) if "apply-patch" in r.content_type]
+    assert len(applies) == 1, "put back by a create, never by an apply that could overwrite"
+    assert server.get(CM_PATH)["data"] == {"mode": "on"}
+    assert OWNER.claim(server.get(CM_PATH)["metadata"]).value == "ours"
+    assert h.stack.changes[ref_of(config_map())].action is Action.CREATED
+    assert any("Healed" in str(r.body) for r in server.received("POST", "/events"))
+
+
+def test_drift_is_re_asserted_and_fields_of_other_managers_stay() -> None:
+    server = cluster()
+
+    def tamper(obj: dict) -> None:
+        obj["data"]["mode"] = "off"
+        obj["metadata"].setdefault("labels", {})["team"] = "theirs"
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.modify(CM_PATH, tamper)
+        await h.settle()
+        await h.close()
+
+    virtual_time.run(scenario())
+    healed = server.get(CM_PATH)
+    assert healed["data"] == {"mode": "on"}
+    assert healed["metadata"]["labels"]["team"] == "theirs"
+
+
+def healed(obj: dict | None) -> bool:
+    """Created again, and its fields recorded as applied (the heal's last request)."""
+    return obj is not None and any(e["operation"] == "Apply" for e in obj["metadata"]["managedFields"])
+
+
+def test_an_object_deleted_again_and_again_is_healed_with_growing_pauses_and_named_as_a_fight() -> None:
+    server = cluster()
+    rounds = FIGHT_THRESHOLD + 3
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        deletions = []
+        for _ in range(rounds):
+            while not healed(server.get(CM_PATH)):  # wait for the heal, however long it is held back
+                await asyncio.sleep(0.01)
+            deletions.append(virtual_time.now())
+            server.remove(CM_PATH)
+        await h.settle(10)
+        problems = dict(h.stack.problems)
+        await h.close()
+        return deletions, problems
+
+    deletions, problems = virtual_time.run(scenario())
+    creates = [r.at for r in server.received("POST", "/namespaces/apps/configmaps")]
+    waits = [round(create - deleted, 1) for deleted, create in zip(deletions, creates, strict=True)]
+    assert waits[:FIGHT_THRESHOLD] == [0.0] * FIGHT_THRESHOLD
+    assert waits[FIGHT_THRESHOLD:] == [1.0, 2.0, 4.0]
+    assert any("something keeps deleting or changing it" in p for p in problems.values())
+
+
+def test_a_refused_heal_is_retried_after_doubling_pauses_and_reported_failed_meanwhile() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.fail("POST", "/namespaces/apps/configmaps", 500, "etcdserver: leader changed", times=3)
+        server.remove(CM_PATH)
+        await asyncio.sleep(1.0)
+        during = h.stack.changes[ref_of(config_map())]
+        await h.settle(5)
+        await h.close()
+        return during, h.stack.changes[ref_of(config_map())]
+
+    during, after = virtual_time.run(scenario())
+    attempts = server.received("POST", "/namespaces/apps/configmaps")
+    assert [a.status for a in attempts] == [500, 500, 500, 201]
+    pauses = [round(b.at - a.answered_at, 2) for a, b in zip(attempts, attempts[1:], strict=False)]
+    assert pauses == [0.5, 1.0, 2.0]
+    assert during.action is Action.FAILED and "leader changed" in during.message
+    assert after.action is Action.CREATED
+
+
+def test_an_object_someone_else_created_after_the_delete_is_left_to_them() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.before("POST", "/namespaces/apps/configmaps", lambda _: server.put(config_map(mode="theirs")))
+        removed_at = virtual_time.now()
+        server.remove(CM_PATH)
+        await h.settle()
+        await h.close()
+        return h.stack.changes[ref_of(config_map())], removed_at
+
+    change, change_at = virtual_time.run(scenario())
+    assert change.action is Action.CONFLICT
+    assert server.get(CM_PATH)["data"] == {"mode": "theirs"}
+    assert [r for r in server.received("PATCH", CM_PATH) if r.at > change_at] == [], "never stamped or overwritten"
+
+
+def test_a_suspended_stack_is_not_healed() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        h.stack.suspended = True
+        server.remove(CM_PATH)
+        await h.settle(5)
+        await h.close()
+
+    virtual_time.run(scenario())
+    assert server.get(CM_PATH) is None
+    assert not server.received("POST", "/namespaces/apps/configmaps")
+
+
+def test_a_deletion_while_the_watch_was_down_is_healed_once_it_is_back() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.fail("GET", "/configmaps", 500, "watch refused", when=lambda r: "watch" in r.params, times=1)
+        server.end_watches()
+        server.remove(CM_PATH)  # while no watch is open
+        await h.settle(5)
+        await h.close()
+
+    virtual_time.run(scenario())
+    assert server.get(CM_PATH) is not None
+    assert len(server.received("POST", "/namespaces/apps/configmaps")) == 1

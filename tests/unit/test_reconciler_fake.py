@@ -1,0 +1,212 @@
+"""Reconciler against the in-memory API server, in virtual time: a KfDef's whole run (finalizer, apply, status,
+events), retries after failures spaced by the backoff, teardown on deletion, stepping down as leader.
+
+Only rendering is canned (:class:`CannedRender`, the renderer the operator's Settings take): kustomize is not what
+these tests are about, and the render helper is a Go build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kfdef_operator.api.names import FINALIZER, kfdef_path
+from kfdef_operator.build.isolated import IsolatedRender
+from kfdef_operator.build.render import RenderedApplication
+from kfdef_operator.controller.reconciler import Reconciler, Settings
+from kfdef_operator.source.options import FetchOptions
+from tests import virtual_time
+from tests.fake_kube import FakeApiServer
+
+NAME, NAMESPACE = "stack", "owners"
+KFDEF = kfdef_path(NAMESPACE, NAME)
+CM_COLLECTION = "/api/v1/namespaces/apps/configmaps"
+
+
+@dataclass(frozen=True)
+class CannedRender(IsolatedRender):
+    """Renders every KfDef as one application holding ``objects``."""
+
+    objects: tuple[dict[str, Any], ...] = field(default=())
+
+    def settings(self) -> str:
+        return f"canned:{len(self.objects)}"
+
+    def __call__(self, kfdef: Any, sources: Mapping[str, Any], workdir: Path, *,
+                 progress: Callable[[RenderedApplication], None] | None = None) -> list[RenderedApplication]:
+        return [RenderedApplication("app", "plain", [dict(obj) for obj in self.objects])]
+
+
+OBJECTS = (
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "first", "namespace": "apps"},
+     "data": {"k": "v"}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "second", "namespace": "apps"},
+     "data": {"k": "v"}},
+)
+
+
+def kfdef(repo: Path) -> dict:
+    return {"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": {"repos": [{"name": "manifests", "uri": str(repo)}],
+                     "applications": [{"name": "app", "kustomizeConfig": {"repoRef": {"name": "manifests",
+                                                                                      "path": "app"}}}]}}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    (tmp_path / "repo" / "app").mkdir(parents=True)
+    (tmp_path / "repo" / "app" / "kustomization.yaml").write_text("resources: []\n")
+    return tmp_path / "repo"
+
+
+def cluster() -> FakeApiServer:
+    server = FakeApiServer()
+    server.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    return server
+
+
+@contextlib.asynccontextmanager
+async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | None = None
+                   ) -> AsyncIterator[Reconciler]:
+    """A started Reconciler handed the KfDef's watch events (as kopf does), and the KfDef created."""
+    settings = Settings(work_dir=repo.parent / "work", renderer=CannedRender(objects=OBJECTS),
+                        fetch_options=FetchOptions.from_env({}, local_roots=(repo.parent,)), work_threads=1)
+    reconciler = Reconciler(server.client(), settings, gate=gate)
+    await reconciler.start()
+    kube = server.client()
+
+    async def follow() -> None:
+        async for event in kube.watch(f"/apis/kfdef.apps.kubeflow.org/v1/namespaces/{NAMESPACE}/kfdefs",
+                                      timeout_seconds=100_000):
+            reconciler.observe(event["type"], event["object"])
+
+    feed = asyncio.create_task(follow())
+    server.put(kfdef(repo))
+    try:
+        yield reconciler
+    finally:
+        feed.cancel()
+        await asyncio.gather(feed, return_exceptions=True)
+        await reconciler.stop()
+
+
+async def until(check: Callable[[], object], *, within: float = 120.0) -> None:
+    deadline = virtual_time.now() + within
+    while not check():
+        assert virtual_time.now() < deadline, "not reached in time"
+        await asyncio.sleep(0.5)
+
+
+def condition(server: FakeApiServer, kind: str) -> dict:
+    body = server.get(KFDEF) or {}
+    return next((c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def test_a_new_kfdef_gets_its_finalizer_before_anything_is_applied_then_its_objects_and_status(repo) -> None:
+    server = cluster()
+
+    async def scenario():
+        async with operator(server, repo):
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+
+    virtual_time.run(scenario())
+    finalizer = next(r for r in server.received("PATCH", KFDEF) if "finalizers" in str(r.body))
+    first_object_write = next(r for r in server.received(writes_only=True) if "/namespaces/apps" in r.path)
+    assert finalizer.answered_at <= first_object_write.at
+    assert FINALIZER in server.get(KFDEF)["metadata"]["finalizers"]
+    assert {o["metadata"]["name"] for o in server.objects("ConfigMap")} == {"first", "second"}
+    status = server.get(KFDEF)["status"]
+    assert status["observedGeneration"] == 1
+    assert any("Applied" in str(r.body) for r in server.received("POST", f"/namespaces/{NAMESPACE}/events"))
+
+
+def test_a_refused_object_is_retried_with_the_backoff_and_reported_meanwhile(repo) -> None:
+    server = cluster()
+
+    async def scenario():
+        server.fail("PATCH", f"{CM_COLLECTION}/second", 422, "data: Invalid value: refused", reason="Invalid",
+                    times=3)
+        async with operator(server, repo):
+            await until(lambda: "refused" in condition(server, "Ready").get("message", ""))
+            reported = condition(server, "Ready")
+            await until(lambda: condition(server, "Ready").get("status") == "True", within=300)
+        return reported
+
+    reported = virtual_time.run(scenario())
+    assert reported["status"] == "False" and "second" in reported["message"]
+    attempts = server.received("PATCH", f"{CM_COLLECTION}/second")
+    assert [a.status for a in attempts] == [422, 422, 422, 201]
+    pauses = [round(b.at - a.answered_at) for a, b in itertools.pairwise(attempts)]
+    assert pauses == [10, 20, 40], "retried after 10 s doubling"
+    assert [o["metadata"]["name"] for o in server.objects("ConfigMap")] == ["first", "second"]
+
+
+def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:
+    server = cluster()
+
+    async def scenario():
+        async with operator(server, repo):
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+            await server.client().request("DELETE", KFDEF)
+            await until(lambda: server.get(KFDEF) is None)
+
+    virtual_time.run(scenario())
+    assert server.objects("ConfigMap") == [] and not [n for n in server.objects("Namespace")
+                                                     if n["metadata"]["name"] == "apps"]
+    deletes = [r.path.rpartition("/")[2] for r in server.received("DELETE") if "/namespaces/apps" in r.path
+               or r.path.endswith("/namespaces/apps")]
+    assert deletes and deletes[0] == "apps", "Namespaces go first in the last wave (their emptying takes longest)"
+
+
+def test_a_teardown_held_by_a_finalizer_is_retried_with_the_backoff_and_reported(repo) -> None:
+    server = cluster()
+
+    async def scenario():
+        async with operator(server, repo):
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+            server.modify(f"{CM_COLLECTION}/first",
+                          lambda obj: obj["metadata"].__setitem__("finalizers", ["example.com/hold"]))
+            await server.client().request("DELETE", KFDEF)
+            await asyncio.sleep(400)
+            still_there = server.get(KFDEF) is not None
+            server.modify(f"{CM_COLLECTION}/first", lambda obj: obj["metadata"].__setitem__("finalizers", []))
+            await until(lambda: server.get(KFDEF) is None, within=200)
+        return still_there
+
+    assert virtual_time.run(scenario()), "the KfDef is held while one of its objects is"
+    stuck = [r for r in server.received("POST", f"/namespaces/{NAMESPACE}/events") if "TeardownStuck" in str(r.body)]
+    assert stuck and "example.com/hold" in str(stuck[0].body)
+    # Each run waits the wave timeout (60 s) for the held object, then the next run comes 5 s, 10 s, 20 s... later.
+    runs = [r for r in server.received("DELETE", f"{CM_COLLECTION}/first")]
+    pauses = [round(b.at - a.answered_at - 60) for a, b in itertools.pairwise(runs)]
+    assert pauses[:3] == [5, 10, 20], pauses
+
+
+def test_stepping_down_stops_every_write_at_once(repo) -> None:
+    server = cluster()
+
+    async def scenario():
+        gate = asyncio.Event()
+        async with operator(server, repo, gate=gate) as reconciler:
+            await asyncio.sleep(5)
+            standby_writes = len(server.received(writes_only=True))
+            reconciler.take_over()
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+            reconciler.step_down()
+            stepped_down = virtual_time.now()
+            server.remove(f"{CM_COLLECTION}/first")  # a leader would heal this at once
+            await asyncio.sleep(30)
+        return standby_writes, stepped_down
+
+    standby_writes, stepped_down = virtual_time.run(scenario())
+    assert standby_writes == 0, "a standby writes nothing"
+    assert [r for r in server.received(writes_only=True) if r.at >= stepped_down] == []
