@@ -49,6 +49,7 @@ class ResourceManager:
                  explain_forbidden: Callable[[KubeApiError], str] | None = None,
                  owners: KubeClient | None = None) -> None:
         self.kube = kube
+        self.discovery = discovery
         self.concurrency = concurrency
         self._access = ApiAccess(kube, discovery, live, concurrency, explain_forbidden)
         self._lookup = LiveLookup(self._access)
