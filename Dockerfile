@@ -24,7 +24,7 @@ COPY kfdef_operator ./kfdef_operator
 RUN pip wheel --no-cache-dir --no-deps -w /wheels .
 
 FROM python:3.11-slim
-# gitpython drives the git binary for git+https sources.
+# gitpython drives the git binary for git sources (fetch, rev-parse, archive).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git ca-certificates \
  && rm -rf /var/lib/apt/lists/*

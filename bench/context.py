@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kfdef_dev.controlplane import ControlPlane
+from kfdef_dev.process import LocalSourcesOperator
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
 from kfdef_operator.ssa.client import KubeClient
-from tests.operator_process import OperatorProcess
 
 from .archive_server import ArchiveServer
 from .cluster import KFDEF_NAMESPACE, process_cpu_s
@@ -103,7 +103,7 @@ class Bench:
     kube: KubeClient
     archives: ArchiveServer
     work_dir: Path
-    operator: OperatorProcess
+    operator: LocalSourcesOperator
     kfdefs: EventStream
 
     # -- workloads -------------------------------------------------------------------

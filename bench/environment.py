@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cluster import APISERVER_FLAGS, CONTROLLER_MANAGER_FLAGS
+from .plan import Plan
 from .workload import Workload
 
 if TYPE_CHECKING:
     from .context import Bench
-    from .run import Plan
 
 
 def _cpu_model() -> str:

@@ -21,9 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+from kfdef_dev.manifests import tarball, write_package
 from kfdef_operator.api.names import SHARD_LABEL
-from tests.reliability.support import tarball
-from tests.stacks import write_package
 
 from .cluster import KFDEF_NAMESPACE
 from .context import KFDEFS_PATH, Bench, is_ready

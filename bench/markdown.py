@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from .ha import markdown as replicas_and_shards
-from .report import HEADLINE_KEYS, _fmt
-
-JSON = dict[str, Any]
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(row) + " |" for row in rows)]
+from .figures import HEADLINE_KEYS, JSON, rss_points
+from .markdown_ha import replicas_and_shards
+from .tables import fmt, table
 
 
 def _results_table(results: JSON) -> list[str]:
@@ -22,19 +14,19 @@ def _results_table(results: JSON) -> list[str]:
         if not entry:
             continue
         earlier = f" (session of {entry['session']}, not re-run)" if entry.get("session") else ""
-        rows.append([f"`{key}`", _fmt(entry["value"]), _fmt(entry["median"]), _fmt(entry["min"]), _fmt(entry["max"]),
+        rows.append([f"`{key}`", fmt(entry["value"]), fmt(entry["median"]), fmt(entry["min"]), fmt(entry["max"]),
                      str(entry["n"]), entry["unit"] + earlier])
-    return _table(["figure", "value", "median", "min", "max", "n", "unit"], rows)
+    return table(["figure", "value", "median", "min", "max", "n", "unit"], rows)
 
 
 def _targets_table(results: JSON) -> list[str]:
     rows = []
     for row in results["targets"]:
         met = {True: "**met**", False: "**missed**", None: "not measured"}[row["met"]]
-        measured = _fmt(row["measured"]) if "measured" in row else "-"
-        limit = _fmt(row["limit"]) if "limit" in row else "-"
+        measured = fmt(row["measured"]) if "measured" in row else "-"
+        limit = fmt(row["limit"]) if "limit" in row else "-"
         rows.append([row["target"], measured, limit, met, row["note"]])
-    return _table(["target", "measured", "limit", "result", "note"], rows)
+    return table(["target", "measured", "limit", "result", "note"], rows)
 
 
 def _environment(meta: JSON) -> list[str]:
@@ -60,18 +52,18 @@ def _sweep(results: JSON) -> list[str]:
     def floor(point: JSON) -> list[str]:
         if "floor_s" not in point:
             return ["-", "-", "-"]
-        return [_fmt(point["floor_s"]), _fmt(point["floor_s"] / point["objects"] * 1000),
+        return [fmt(point["floor_s"]), fmt(point["floor_s"] / point["objects"] * 1000),
                 f"{point['applied_s'] / point['floor_s']:.2f}"]
 
-    rows = [[_fmt(p["scale"]), str(p["objects"]), _fmt(p["applied_s"]), _fmt(p["objects_per_s"]),
-             _fmt(p["applied_s"] / p["objects"] * 1000), *floor(p)]
+    rows = [[fmt(p["scale"]), str(p["objects"]), fmt(p["applied_s"]), fmt(p["objects_per_s"]),
+             fmt(p["applied_s"] / p["objects"] * 1000), *floor(p)]
             for p in sorted(results["scale.sweep"], key=lambda p: p["objects"])]
     many = results.get("scale.kfdefs_s") or {}
     if many.get("objects"):
-        rows.append([f"{many['kfdefs']} KfDefs", str(many["objects"]), _fmt(many["median"]),
-                     _fmt(many["objects"] / many["median"]), _fmt(many["median"] / many["objects"] * 1000),
+        rows.append([f"{many['kfdefs']} KfDefs", str(many["objects"]), fmt(many["median"]),
+                     fmt(many["objects"] / many["median"]), fmt(many["median"] / many["objects"] * 1000),
                      "-", "-", "-"])
-    return _table(["workload", "objects", "seconds (median)", "objects/s", "ms per object", "floor s",
+    return table(["workload", "objects", "seconds (median)", "objects/s", "ms per object", "floor s",
                    "floor ms per object", "operator / floor"], rows)
 
 
@@ -80,7 +72,7 @@ def _release(results: JSON) -> list[str]:
     operator = results.get("release.apply.operator_s")
     if not operator:
         return ["(not run)"]
-    rows = [[f"`{key}`", _fmt(results[key]["median"]), _fmt(results[key]["min"]), _fmt(results[key]["max"]),
+    rows = [[f"`{key}`", fmt(results[key]["median"]), fmt(results[key]["min"]), fmt(results[key]["max"]),
              str(results[key]["n"])]
             for key in ("release.apply.operator_s", "release.apply.operator_ready_s", "release.apply.kubectl_ssa_s",
                         "release.apply.floor_s", "release.render.s", "release.teardown.s", "release.teardown.floor_s")
@@ -90,7 +82,7 @@ def _release(results: JSON) -> list[str]:
             f"without its {operator['left_out']} fail-closed webhook configurations (nothing can serve them here) and "
             "with its example Profile named as the kustomize it pins does (`bench/release.py`). Same meaning of each "
             "figure as above; the operator's figure includes fetching the tarball and rendering.", "",
-            *_table(["figure", "median s", "min", "max", "n"], rows), "",
+            *table(["figure", "median s", "min", "max", "n"], rows), "",
             f"Ratios of medians: operator / kubectl = **{r['release operator/kubectl']:.2f}**, operator / floor = "
             f"**{r['release operator/floor']:.2f}**, kubectl / floor = {r['release kubectl/floor']:.2f}"
             + (f", teardown operator / floor = **{r['release teardown operator/floor']:.2f}**"
@@ -123,8 +115,8 @@ def _time_and_cpu(results: JSON) -> list[str]:
         if not steps:
             continue
         floor = results[f"{prefix}apply.floor_s"]["median"]
-        step_rows.append([label, *(_fmt(steps[name]) for name in ("queued", "fetch", "render", "apply")),
-                          _fmt(results[f"{prefix}apply.operator_s"]["median"]), _fmt(floor),
+        step_rows.append([label, *(fmt(steps[name]) for name in ("queued", "fetch", "render", "apply")),
+                          fmt(results[f"{prefix}apply.operator_s"]["median"]), fmt(floor),
                           f"{steps['apply'] / floor:.2f}"])
     cores = results["meta"]["machine"]["cores"]
     cpu_rows = []
@@ -136,8 +128,8 @@ def _time_and_cpu(results: JSON) -> list[str]:
                 continue
             processes = processes or list(entry["median"])
             wall = results[f"{prefix}{seconds_key}"]["median"]
-            cpu_rows.append([label, path, *(_fmt(entry["median"][name]) for name in processes), _fmt(entry["total"]),
-                             _fmt(wall), f"{entry['total'] / wall:.2f}"])
+            cpu_rows.append([label, path, *(fmt(entry["median"][name]) for name in processes), fmt(entry["total"]),
+                             fmt(wall), f"{entry['total'] / wall:.2f}"])
     if not step_rows and not cpu_rows:
         return ["(not measured)"]
     return [
@@ -145,11 +137,11 @@ def _time_and_cpu(results: JSON) -> list[str]:
         "its first status step, then fetching the sources, rendering (kustomize, and the desired state built from "
         "its output, until the inventory is written), and applying until every object is applied; beside it the "
         "floor's apply of the same objects.", "",
-        *_table(["workload", "queued", "fetch", "render", "apply", "operator in all", "floor", "apply / floor"],
+        *table(["workload", "queued", "fetch", "render", "apply", "operator in all", "floor", "apply / floor"],
                 step_rows), "",
         f"CPU seconds used during each path (medians of `/proc/<pid>/stat`; the operator's include its render "
         f"processes and kustomize), and the cores they kept busy on average (of {cores}):", "",
-        *_table(["workload", "path", *processes, "total", "wall s", "cores busy"], cpu_rows)]
+        *table(["workload", "path", *processes, "total", "wall s", "cores busy"], cpu_rows)]
 
 
 def _apply_bounds(results: JSON) -> list[str]:
@@ -172,16 +164,16 @@ def _apply_bounds(results: JSON) -> list[str]:
         render_only = (floor_cpu + spent["render"]) / cores
         with_own = render_only + spent["operator"] / cores
         lines.append(
-            f"- **{label}**: the limits are {_fmt(1.15 * floor)} s (1.15 x the floor) and {_fmt(0.35 * kubectl)} s "
-            f"(0.35 x kubectl). Rendering first and applying then, the objects exist {_fmt(before_first)} s after "
-            f"the create call (render {_fmt(steps['render'])} s), and kube-apiserver then needs the floor's "
-            f"{_fmt(floor)} s: {_fmt(before_first + floor)} s. Overlapping the two cannot beat the CPU they need: "
-            f"the floor's path used {_fmt(floor_cpu)} CPU seconds and the render {_fmt(spent['render'])} (kustomize, "
-            f"and the parsing of its output), so {cores} cores need at least {_fmt(render_only)} s even for an "
+            f"- **{label}**: the limits are {fmt(1.15 * floor)} s (1.15 x the floor) and {fmt(0.35 * kubectl)} s "
+            f"(0.35 x kubectl). Rendering first and applying then, the objects exist {fmt(before_first)} s after "
+            f"the create call (render {fmt(steps['render'])} s), and kube-apiserver then needs the floor's "
+            f"{fmt(floor)} s: {fmt(before_first + floor)} s. Overlapping the two cannot beat the CPU they need: "
+            f"the floor's path used {fmt(floor_cpu)} CPU seconds and the render {fmt(spent['render'])} (kustomize, "
+            f"and the parsing of its output), so {cores} cores need at least {fmt(render_only)} s even for an "
             f"operator that spent nothing else and never waited"
-            + (f" ({_fmt(render_only / limit)} x the tighter limit)" if render_only > limit else "")
-            + f"; with this operator's own {_fmt(spent['operator'])} CPU seconds beside, {_fmt(with_own)} s"
-            + (f" ({_fmt(with_own / limit)} x)." if with_own > limit else "."))
+            + (f" ({fmt(render_only / limit)} x the tighter limit)" if render_only > limit else "")
+            + f"; with this operator's own {fmt(spent['operator'])} CPU seconds beside, {fmt(with_own)} s"
+            + (f" ({fmt(with_own / limit)} x)." if with_own > limit else "."))
     return lines
 
 
@@ -194,7 +186,7 @@ def _teardown_waves(results: JSON, prefix: str) -> str:
     for index, wave in enumerate(runs[0]):
         done = sorted(run[index]["done_s"] for run in runs)[len(runs) // 2]
         kinds = wave["kinds"] if len(wave["kinds"]) <= 3 else [*wave["kinds"][:3], "..."]
-        waves.append(f"{wave['objects']} ({', '.join(kinds)}) {_fmt(done)} s")
+        waves.append(f"{wave['objects']} ({', '.join(kinds)}) {fmt(done)} s")
     return "; ".join(waves)
 
 
@@ -230,10 +222,10 @@ def _compared(results: JSON, key: str, where: str) -> str:
         if where == "ratios":
             return f"{results['ratios'][key]:.2f}"
         if where == "max":
-            return _fmt(results[key]["max"])
+            return fmt(results[key]["max"])
         if where == "window_s":
-            return _fmt(results[key]["window_s"])
-        return _fmt(results[key]["value"])
+            return fmt(results[key]["window_s"])
+        return fmt(results[key]["value"])
     except (KeyError, TypeError):
         return "-"
 
@@ -245,24 +237,23 @@ def before_after(before: JSON | None, after: JSON) -> list[str]:
     rows = [[label, _compared(before, key, where), _compared(after, key, where)] for label, key, where in _COMPARED]
     return [f"Before: {before['meta']['date']}, at commit {before['meta'].get('commit', '?')} "
             f"(`bench/results-before.json`); after: this session. Medians; each session on its own control plane.",
-            "", *_table(["figure", "before", "after"], rows)]
+            "", *table(["figure", "before", "after"], rows)]
 
 
 def _memory(results: JSON) -> list[str]:
     """The operator's resident memory at rest with one KfDef of each sweep size deployed."""
-    from .report import rss_points
     points = rss_points(results)
     if not points:
         return ["(not measured)"]
-    rows = [[_fmt(p["scale"]), str(p["objects"]), _fmt(p["rss_before_mb"]), _fmt(p["rss_mb"]),
-             _fmt(p["growth_per_1000_mb"])] for p in points]
-    steps = [f"{_fmt((b['rss_mb'] - a['rss_mb']) / (b['objects'] - a['objects']) * 1000)} MiB per 1,000 objects "
-             f"from x{_fmt(a['scale'])} to x{_fmt(b['scale'])}" for a, b in zip(points, points[1:], strict=False)]
-    return [*_table(["scale", "objects", "RSS before the KfDef (MiB)", "RSS at rest with it (MiB)",
+    rows = [[fmt(p["scale"]), str(p["objects"]), fmt(p["rss_before_mb"]), fmt(p["rss_mb"]),
+             fmt(p["growth_per_1000_mb"])] for p in points]
+    steps = [f"{fmt((b['rss_mb'] - a['rss_mb']) / (b['objects'] - a['objects']) * 1000)} MiB per 1,000 objects "
+             f"from x{fmt(a['scale'])} to x{fmt(b['scale'])}" for a, b in zip(points, points[1:], strict=False)]
+    return [*table(["scale", "objects", "RSS before the KfDef (MiB)", "RSS at rest with it (MiB)",
                      "above the empty operator, per 1,000 objects (MiB)"], rows), "",
-            f"The empty operator (before the first sweep KfDef): {_fmt(points[0]['rss_before_mb'])} MiB. "
+            f"The empty operator (before the first sweep KfDef): {fmt(points[0]['rss_before_mb'])} MiB. "
             f"Growth between sizes: {'; '.join(steps) or '-'}. Memory is read from `/proc/<pid>/status` (VmRSS) "
-            f"{_fmt(5.0)} s after the KfDef is Ready; each size is torn down before the next (CPython keeps some "
+            f"{fmt(5.0)} s after the KfDef is Ready; each size is torn down before the next (CPython keeps some "
             "freed memory, so a later size starts from a higher floor)."]
 
 
@@ -274,19 +265,19 @@ def _profile(profile: JSON | None) -> list[str]:
     for label in apply["steps_s"]:
         a, n = apply["steps_s"][label], noop["steps_s"][label]
         rows.append([label.replace(" ", "&nbsp;", 2) if label.startswith(" ") else label,
-                     _fmt(a), f"{a / apply['reconcile_wall_s'] * 100:.0f} %",
-                     _fmt(n), f"{n / noop['reconcile_wall_s'] * 100:.0f} %"])
+                     fmt(a), f"{a / apply['reconcile_wall_s'] * 100:.0f} %",
+                     fmt(n), f"{n / noop['reconcile_wall_s'] * 100:.0f} %"])
 
     def verbs(entry: JSON) -> str:
         return ", ".join(f"{n} {verb}" for verb, n in sorted(entry["requests_by_verb"].items()))
 
     return [f"`Reconciler` in-process on {profile['objects']} objects (`bench/profile_apply.py`): the first "
-            f"apply took {_fmt(apply['reconcile_wall_s'])} s wall ({verbs(apply)}; stages "
-            f"{', '.join(_fmt(s) for s in apply['stage_s'])} s), the no-op reconcile of a freshly started operator "
-            f"{_fmt(noop['reconcile_wall_s'])} s ({verbs(noop)}). Steps overlap with nothing unless said; the apply "
+            f"apply took {fmt(apply['reconcile_wall_s'])} s wall ({verbs(apply)}; stages "
+            f"{', '.join(fmt(s) for s in apply['stage_s'])} s), the no-op reconcile of a freshly started operator "
+            f"{fmt(noop['reconcile_wall_s'])} s ({verbs(noop)}). Steps overlap with nothing unless said; the apply "
             f"stages include the live-metadata lists. pyinstrument trees: `bench/{apply['pyinstrument_text']}`, "
             f"`bench/{noop['pyinstrument_text']}`.", "",
-            *_table(["step", "apply s", "share", "no-op s", "share"], rows)]
+            *table(["step", "apply s", "share", "no-op s", "share"], rows)]
 
 
 def _misses(results: JSON) -> list[str]:
@@ -329,8 +320,8 @@ def _misses(results: JSON) -> list[str]:
     if "heal.p99_ms" in missed:
         heal = sorted(results["heal.p50_ms"]["samples"])
         notes.append(
-            f"- **heal.p99_ms**: the slowest heals took {', '.join(_fmt(x) for x in heal[-3:])} ms against a median "
-            f"of {_fmt(results['heal.p50_ms']['value'])} ms: the heal is one POST (the watch's DELETED event "
+            f"- **heal.p99_ms**: the slowest heals took {', '.join(fmt(x) for x in heal[-3:])} ms against a median "
+            f"of {fmt(results['heal.p50_ms']['value'])} ms: the heal is one POST (the watch's DELETED event "
             f"starts it, no GET first), so the tail is the event loop or kube-apiserver busy with other work on "
             f"the 2 shared cores (the measuring process included).")
     if "noop.writes" in missed:
@@ -338,20 +329,20 @@ def _misses(results: JSON) -> list[str]:
             f"- **noop.writes**: the operator's writes per restart were {results['noop.writes']['by_request']} "
             f"(other clients: {results['noop.writes']['others']}).")
     for failure in results.get("scale.sweep_failures") or []:
-        notes.append(f"- **sweep at x{_fmt(failure['scale'])} not measured**: {failure['error'][:300]}... "
+        notes.append(f"- **sweep at x{fmt(failure['scale'])} not measured**: {failure['error'][:300]}... "
                      "(the embedded control plane's Service IP range holds fewer Services than that workload has; "
                      "the operator reported it as Degraded, as it should).")
     if "noop.s" in missed and noop:
         notes.append(
             f"- **noop.s**: a restarted operator has no desired state in memory, so the no-op re-renders "
-            f"({_fmt(noop['render (kustomize)'])} s), restarts a watch per kind with a list "
-            f"({_fmt(noop['start watches (list + sync)'])} s) and writes status ({_fmt(noop['status writes'])} s) "
+            f"({fmt(noop['render (kustomize)'])} s), restarts a watch per kind with a list "
+            f"({fmt(noop['start watches (list + sync)'])} s) and writes status ({fmt(noop['status writes'])} s) "
             f"before it can tell that every digest matches. Its "
             f"{(profile.get('noop') or {}).get('requests_by_verb', {}).get('GET', 0)} GETs are those lists and an "
             f"Established check of every CRD (unchanged CRDs are polled too); no object is written.")
     if "scale:" in missed:
         points = sorted(results["scale.sweep"], key=lambda p: p["objects"])
-        per_object = ", ".join(f"{_fmt(p['applied_s'] / p['objects'] * 1000)} ms at x{_fmt(p['scale'])}"
+        per_object = ", ".join(f"{fmt(p['applied_s'] / p['objects'] * 1000)} ms at x{fmt(p['scale'])}"
                                for p in points)
         notes.append(f"- **scale**: time per object is {per_object}.{_sweep_floor(points)}")
     return notes or ["Every target is met."]
@@ -364,7 +355,7 @@ def _sweep_floor(points: list[JSON]) -> str:
         return ""
     ratios = [p["applied_s"] / p["floor_s"] for p in floors]
     text = (" The floor, a workload of the same size applied at once, took "
-            + ", ".join(f"{_fmt(p['floor_s'] / p['objects'] * 1000)} ms per object at x{_fmt(p['scale'])}"
+            + ", ".join(f"{fmt(p['floor_s'] / p['objects'] * 1000)} ms per object at x{fmt(p['scale'])}"
                         for p in floors)
             + f"; operator / floor {', '.join(f'{r:.2f}' for r in ratios)}")
     if ratios[-1] <= ratios[0] * 1.1:
@@ -424,7 +415,7 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "operator renders through `kfdef-render` (kustomize's own API on a confined filesystem, answering JSON) "
         "where it ran the pinned `kustomize build` and parsed its YAML.",
         "",
-        *_table(["render of v1.11.0 `example/`", "build", "reading its output", "whole"], [
+        *table(["render of v1.11.0 `example/`", "build", "reading its output", "whole"], [
             ["before: `kustomize build` (9.8 MB of YAML, libyaml)", "7.54 s", "3.00 s", "10.5 s"],
             ["after: `kfdef-render build` (4.7 MB of JSON)", "5.88 s", "0.17 s", "6.05 s (0.58 x)"]]),
         "",

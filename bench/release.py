@@ -1,9 +1,9 @@
 """Kubeflow v1.11.0, a real release, as a second workload beside the synthetic one.
 
 The release tree (``../shared/stacks``, or ``$KFDEF_STACKS_DIR``) is deployed from its ``example/`` entry point
-(plain mode) through one wrapper kustomization (``tests/releases/unservable.py``) that leaves out what this cluster
+(plain mode) through one wrapper kustomization (``kfdef_dev/unservable.py``) that leaves out what this cluster
 cannot serve, its fail-closed webhook configurations, and names its example Profile as the kustomize the release
-pins does (``tests/releases/conftest.py``). Tree and wrapper are served from 127.0.0.1 as one tarball. The three
+pins does (``kfdef_dev/releases.py``). Tree and wrapper are served from 127.0.0.1 as one tarball. The three
 apply paths get the same objects:
 
 - ``operator``: a KfDef created until its status reports every object applied, and until Ready (storage is
@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from kfdef_dev.releases import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
+from kfdef_dev.unservable import write_wrappers
 from kfdef_operator.api.kfdef import Repo, parse_kfdef
 from kfdef_operator.build.render import render
 from kfdef_operator.source.cache import SourceCache
@@ -37,8 +39,6 @@ from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolve import resolve_source
 from kfdef_operator.ssa.aggregation import deletion_order
 from kfdef_operator.ssa.client import KubeApiError
-from tests.releases.conftest import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
-from tests.releases.unservable import write_wrappers
 
 from . import baselines
 from .cluster import KFDEF_NAMESPACE

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.operator_process import OperatorProcess
+from kfdef_dev.process import LocalSourcesOperator
 
 from .cluster import KFDEF_NAMESPACE
 from .context import Bench, run_selector
@@ -49,12 +49,12 @@ class ReplicaSet:
     bench: Bench
     name: str = "replica"
     extra_args: tuple[str, ...] = ()
-    started: list[OperatorProcess] = field(default_factory=list)
+    started: list[LocalSourcesOperator] = field(default_factory=list)
     _numbers: itertools.count = field(default_factory=itertools.count)
 
-    async def start(self) -> OperatorProcess:
+    async def start(self) -> LocalSourcesOperator:
         pod = f"{self.name}-{next(self._numbers)}"
-        process = OperatorProcess(self.bench.control_plane.kubeconfig, self.bench.work_dir / "replicas" / pod,
+        process = LocalSourcesOperator(self.bench.control_plane.kubeconfig, self.bench.work_dir / "replicas" / pod,
                                   extra_args=("--enable-leader-election", "--leader-election-namespace",
                                               KFDEF_NAMESPACE, *self.extra_args),
                                   env={"POD_NAME": pod})
@@ -67,7 +67,7 @@ class ReplicaSet:
         await asyncio.gather(*(asyncio.to_thread(p.stop) for p in self.started))
 
 
-async def wait_prepared(process: OperatorProcess, timeout: float = 300) -> None:
+async def wait_prepared(process: LocalSourcesOperator, timeout: float = 300) -> None:
     """Until a standby has prepared the KfDefs it saw (its desired state built, its kinds watched)."""
     deadline = time.monotonic() + timeout
     while PREPARED not in Path(process.log_path).read_text(errors="replace"):
@@ -76,7 +76,7 @@ async def wait_prepared(process: OperatorProcess, timeout: float = 300) -> None:
         await asyncio.sleep(0.1)
 
 
-async def lead(bench: Bench, replicas: ReplicaSet) -> tuple[OperatorProcess, OperatorProcess]:
+async def lead(bench: Bench, replicas: ReplicaSet) -> tuple[LocalSourcesOperator, LocalSourcesOperator]:
     """A leader (the first replica, alone at first) and a standby."""
     leases = await EventStream(bench.kube, LEASES).start()
     try:
@@ -95,7 +95,7 @@ class Trial:
     lease_s: float       # the signal until a successor holds the lease
 
 
-async def _trial(bench: Bench, deployed: Deployed, index: int, successors: tuple[OperatorProcess, ...],
+async def _trial(bench: Bench, deployed: Deployed, index: int, successors: tuple[LocalSourcesOperator, ...],
                  stop_leader) -> Trial:
     """Stop the leader (``stop_leader()`` returns the moment it signalled), delete a Deployment, time both."""
     namespace, name = deployed.workload.deployments[index % len(deployed.workload.deployments)]
@@ -119,15 +119,15 @@ async def _trial(bench: Bench, deployed: Deployed, index: int, successors: tuple
         await deployments.close()
 
 
-async def failover(bench: Bench, deployed: Deployed, replicas: ReplicaSet, leader: OperatorProcess,
-                   standby: OperatorProcess, trials: int) -> tuple[list[Trial], tuple[OperatorProcess, ...]]:
+async def failover(bench: Bench, deployed: Deployed, replicas: ReplicaSet, leader: LocalSourcesOperator,
+                   standby: LocalSourcesOperator, trials: int) -> tuple[list[Trial], tuple[LocalSourcesOperator, ...]]:
     """SIGKILL the leader ``trials`` times; returns the trials and the replicas left running."""
     results = []
     for index in range(trials):
         await wait_prepared(standby)
         await asyncio.sleep(random.uniform(0.0, RETRY_PERIOD_S))  # a random point of the renewal cycle
 
-        async def kill(process: OperatorProcess = leader) -> float:
+        async def kill(process: LocalSourcesOperator = leader) -> float:
             killed = time.monotonic()
             await asyncio.to_thread(process.kill)
             return killed
@@ -137,8 +137,8 @@ async def failover(bench: Bench, deployed: Deployed, replicas: ReplicaSet, leade
     return results, (leader, standby)
 
 
-async def handover(bench: Bench, deployed: Deployed, replicas: ReplicaSet, leader: OperatorProcess,
-                   standby: OperatorProcess, trials: int) -> tuple[list[Trial], tuple[OperatorProcess, ...]]:
+async def handover(bench: Bench, deployed: Deployed, replicas: ReplicaSet, leader: LocalSourcesOperator,
+                   standby: LocalSourcesOperator, trials: int) -> tuple[list[Trial], tuple[LocalSourcesOperator, ...]]:
     """Rolling-update steps: a warm new replica, then SIGTERM to the leader; returns the trials and the replicas."""
     results = []
     for index in range(trials):
@@ -146,7 +146,7 @@ async def handover(bench: Bench, deployed: Deployed, replicas: ReplicaSet, leade
         await wait_prepared(standby)
         await wait_prepared(surge)
 
-        async def terminate(process: OperatorProcess = leader) -> float:
+        async def terminate(process: LocalSourcesOperator = leader) -> float:
             signalled = time.monotonic()
             process.popen.send_signal(signal.SIGTERM)
             return signalled
@@ -158,7 +158,8 @@ async def handover(bench: Bench, deployed: Deployed, replicas: ReplicaSet, leade
     return results, (leader, standby)
 
 
-async def _which_leads(bench: Bench, *candidates: OperatorProcess) -> tuple[OperatorProcess, OperatorProcess]:
+async def _which_leads(bench: Bench,
+                       *candidates: LocalSourcesOperator) -> tuple[LocalSourcesOperator, LocalSourcesOperator]:
     lease = await bench.kube.request("GET", f"{LEASES}/{LEASE_NAME}")
     held = (lease["spec"].get("holderIdentity") or "").rsplit("_", 1)[0]
     first, second = candidates

@@ -18,53 +18,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as ``python bench/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"  # noqa: A001 (lets the relative imports below resolve)
 
+from kfdef_dev.process import LocalSourcesOperator  # noqa: E402
 from kfdef_operator.ssa.client import KubeClient  # noqa: E402
-from tests.operator_process import OperatorProcess  # noqa: E402
 
 from . import baselines, ha, heal, operator_runs, release, report, scale  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import start_control_plane  # noqa: E402
 from .context import KFDEFS_PATH, Bench, cpu_used, run_selector, stack_resources  # noqa: E402
 from .environment import describe  # noqa: E402
+from .plan import FULL, QUICK, SKIPPABLE, Plan  # noqa: E402
 from .stats import cpu_summary, percentile, steps_summary, summary  # noqa: E402
 from .streams import EventStream  # noqa: E402
 
 log = logging.getLogger("bench")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How much of everything to run."""
-
-    rounds: int
-    scale: float
-    heal_trials: int
-    cascade_trials: int         # namespace and CRD heals
-    idle_window_s: float
-    idle_settle_s: float
-    many_kfdefs: int
-    many_rounds: int
-    sweep: tuple[float, ...]    # extra workload sizes (the default size comes from the apply rounds)
-    profile: bool
-    quick: bool
-    release_rounds: int         # rounds of the real release (bench/release.py), each path once per round
-    skip: frozenset[str] = frozenset()  # parts not run (SKIPPABLE); their figures are carried over from --out
-
-
-#: Parts a session may leave out (``--skip``): their entries are taken from the previous results file.
-SKIPPABLE = {"many": ("scale.kfdefs_s",), "ha": ("ha.", "shards."), "profile": ("profile",)}
-FULL = Plan(rounds=3, scale=1.0, heal_trials=50, cascade_trials=3, idle_window_s=300, idle_settle_s=10,
-            many_kfdefs=20, many_rounds=3, sweep=(1.0, 5.0, 10.0), profile=True, quick=False, release_rounds=2)
-QUICK = Plan(rounds=2, scale=0.25, heal_trials=10, cascade_trials=1, idle_window_s=15, idle_settle_s=3,
-             many_kfdefs=5, many_rounds=1, sweep=(1.0, 2.0), profile=True, quick=True, release_rounds=1)
 
 
 async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> None:
@@ -227,7 +200,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     kube = await KubeClient.connect(str(control_plane.kubeconfig))
     archive_dir = work_dir / "archives"
     archive_dir.mkdir(parents=True, exist_ok=True)
-    operator = OperatorProcess(control_plane.kubeconfig, work_dir / "operator")
+    operator = LocalSourcesOperator(control_plane.kubeconfig, work_dir / "operator")
     try:
         with ArchiveServer(archive_dir) as archives:
             kfdefs = await EventStream(kube, KFDEFS_PATH).start()

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from kfdef_dev.process import LocalSourcesOperator
 from kfdef_operator.ssa.client import KubeClient
-from tests.operator_process import OperatorProcess
 
 from .archive_server import ArchiveServer
 from .cluster import start_control_plane
@@ -27,7 +27,7 @@ async def run_alone(work_dir: Path, part: Callable[[Bench], Awaitable[T]]) -> T:
         (work_dir / "archives").mkdir(parents=True, exist_ok=True)
         with ArchiveServer(work_dir / "archives") as archives:
             kfdefs = await EventStream(kube, KFDEFS_PATH).start()
-            unused = OperatorProcess(control_plane.kubeconfig, work_dir / "operator")
+            unused = LocalSourcesOperator(control_plane.kubeconfig, work_dir / "operator")
             try:
                 return await part(Bench(control_plane, kube, archives, work_dir, unused, kfdefs))
             finally:

@@ -1,6 +1,6 @@
 """The operator as a separate process, started exactly as in production (``kfdef-operator run``).
 
-Used by the demo, the benchmarks and the tests.
+Used by the demo, the benchmarks and the tests; the benchmarks and the tests run :class:`LocalSourcesOperator`.
 """
 
 from __future__ import annotations
@@ -87,3 +87,20 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+class LocalSourcesOperator(OperatorProcess):
+    """The operator trusting sources on this machine, each setting explicit (the production defaults refuse all
+    three): plain http (``KFDEF_ALLOW_INSECURE_HTTP``) from loopback (``KFDEF_ALLOWED_SOURCE_NETWORKS``), where the
+    tests and benchmarks serve tarballs, and local sources under ``local_source_roots``
+    (``KFDEF_LOCAL_SOURCE_ROOTS``; default: the directory holding ``work_dir``, in which the caller writes its
+    stacks; the operator never reads its own work directory as a source)."""
+
+    def __init__(self, kubeconfig: Path, work_dir: Path, *, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None, local_source_roots: tuple[Path, ...] | None = None,
+                 wrapper: tuple[str, ...] = ()) -> None:
+        roots = local_source_roots if local_source_roots is not None else (work_dir.parent,)
+        super().__init__(kubeconfig, work_dir, extra_args=extra_args,
+                         env={"KFDEF_ALLOW_INSECURE_HTTP": "1", "KFDEF_ALLOWED_SOURCE_NETWORKS": "127.0.0.0/8",
+                              "KFDEF_LOCAL_SOURCE_ROOTS": os.pathsep.join(str(r) for r in roots), **(env or {})},
+                         wrapper=wrapper)

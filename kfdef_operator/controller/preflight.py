@@ -16,11 +16,10 @@ import asyncio
 import os
 from pathlib import Path
 
-import aiohttp
 import yaml
 
 from kfdef_operator.api.names import CRD_NAME, GROUP, PLURAL, VERSION
-from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
+from kfdef_operator.ssa.client import UNREACHABLE, KubeApiError, KubeClient, certificate_problem, describe_api_error
 
 CONNECT_TIMEOUT_S = 20.0
 
@@ -100,9 +99,9 @@ def _unreachable(host: str, source: str, error: BaseException) -> str:
                 "client certificate is invalid or expired")
     if isinstance(error, KubeApiError):
         return f"the API server at {where} answered GET /version with {describe_api_error(error)}"
-    if isinstance(error, aiohttp.ClientConnectorCertificateError):
-        return (f"the API server at {host} presented a certificate that the CA in {source} does not trust: "
-                f"{error.certificate_error}")
+    untrusted = certificate_problem(error)
+    if untrusted is not None:
+        return f"the API server at {host} presented a certificate that the CA in {source} does not trust: {untrusted}"
     if isinstance(error, asyncio.TimeoutError):
         return f"the API server at {where} did not answer within {CONNECT_TIMEOUT_S:.0f}s"
     return f"cannot reach the API server at {where}: {error}"
@@ -130,5 +129,5 @@ async def check_kfdef_api(kube: KubeClient, namespaces: list[str] | None = None,
                 raise ClusterError(f"not allowed to list KfDefs at {kube.host} ({error.message}): bind the operator's "
                                    "ClusterRole kfdef-operator (docs/deployment.md#rbac)") from None
             raise ClusterError(f"cannot list KfDefs at {kube.host}: {describe_api_error(error)}") from None
-        except (TimeoutError, OSError, aiohttp.ClientError) as error:
+        except UNREACHABLE as error:
             raise ClusterError(_unreachable(kube.host, "", error)) from None

@@ -1,9 +1,10 @@
 """Git sources: ``git+https://host/org/repo.git?ref=v1.2.0#sub/dir`` (also ``git+ssh``, ``git+http``, ``git+file``).
 
 The repository is fetched into a bare mirror in the cache and the commit exported with ``git archive``, streamed
-straight into the safe extractor (a small pack can hold a huge tree). The fetch runs as a subprocess under
-supervision: it is killed at the fetch's deadline and when the mirror grows by more than
-``max_download_bytes``. Trust is the same as for tarballs:
+straight into the safe extractor (a small pack can hold a huge tree). gitpython's command layer (``git.cmd.Git``)
+runs the git binary with the environment below; the fetch runs under supervision, in a process group of its own
+(git's helpers too: remote-https, index-pack, ssh), with only the tail of its messages kept, and is killed at the
+fetch's deadline and when the mirror grows by more than ``max_download_bytes``. Trust is the same as for tarballs:
 
 - ``git+http`` needs ``KFDEF_ALLOW_INSECURE_HTTP``; git never follows an HTTP redirect
   (``http.followRedirects=false``): use the repository's final URL.
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
-import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from kfdef_operator.api.kfdef import Repo, relative_path_problem
@@ -33,9 +36,14 @@ from kfdef_operator.source.local import check_local_root
 from kfdef_operator.source.network import AddressRefused, uses_proxy
 from kfdef_operator.source.options import FetchOptions
 
+if TYPE_CHECKING:
+    from git.cmd import Git
+
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 _POLL_SECONDS = 0.2
 _DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22}
+_MESSAGE_TAIL = 64 * 1024  # bytes of git's stderr kept: a server's messages neither block git nor fill memory
+_MESSAGES_WAIT_SECONDS = 2.0  # for the end of stderr once git is done (a helper outside its session may hold it)
 
 
 @dataclass(frozen=True)
@@ -106,11 +114,12 @@ def _tree_entry(cache: SourceCache, location: GitLocation, commit: str) -> Path:
 
 
 def _transport(repo: Repo, location: GitLocation, options: FetchOptions) -> tuple[list[str], dict[str, str]]:
-    """git ``-c`` options and environment for fetching ``location``, after the trust checks of its transport."""
+    """git ``-c`` options, and the variables set on top of the operator's environment, for fetching ``location``,
+    after the trust checks of its transport."""
     parts = urlsplit(location.url)
     scheme = parts.scheme.lower()
     config = ["-c", "http.followRedirects=false", "-c", "credential.interactive=false"]
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": scheme}
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": scheme}
     if options.ca_bundle:  # the same trust for git+https as for tarball downloads
         env["GIT_SSL_CAINFO"] = options.ca_bundle
     if scheme == "http" and not options.allow_insecure_http:
@@ -138,33 +147,27 @@ def _transport(repo: Repo, location: GitLocation, options: FetchOptions) -> tupl
 def _fetch(repo: Repo, mirror: Path, location: GitLocation, config: list[str], env: dict[str, str],
            options: FetchOptions, deadline: Deadline) -> None:
     """Fetch every branch and tag into the bare ``mirror``, within the deadline and the download limit."""
+    command = _git_command()
     if not (mirror / "HEAD").exists():
-        _git(["init", "--bare", "--quiet", str(mirror)], env, deadline)
+        _run(command, ["init", "--bare", "--quiet", str(mirror)], env, deadline)
     before = disk_usage(mirror)
-    command = ["git", *config, "--git-dir", str(mirror), "fetch", "--quiet", "--force", "--prune", location.url,
-               "+HEAD:refs/remotes/origin/HEAD", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
-    with tempfile.TemporaryFile() as stderr:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                                   env=env)
-        problem = ""
-        while process.poll() is None:
-            try:
-                process.wait(timeout=min(_POLL_SECONDS, max(deadline.remaining(), 0.01)))
-            except subprocess.TimeoutExpired:
-                if deadline.expired:
-                    problem = f"not done within the {deadline.seconds:g} s deadline (KFDEF_FETCH_TIMEOUT)"
-                elif disk_usage(mirror) - before > options.max_download_bytes:
-                    problem = (f"the repository is over the {options.max_download_bytes}-byte download limit; "
-                               "use a tarball of the ref instead")
-                if problem:
-                    process.kill()
-                    process.wait()
-                    _drop_partial_packs(mirror)
-                    raise SourceError(repo.name, repo.uri, f"git fetch refused: {problem}",
-                                      transient=deadline.expired) from None
-        if process.returncode != 0:
-            stderr.seek(0)
-            raise _GitFailed(" ".join(stderr.read().decode(errors="replace").split())[-500:])
+    with _Supervised(command, [*config, "--git-dir", str(mirror), "fetch", "--quiet", "--force", "--prune",
+                               location.url, "+HEAD:refs/remotes/origin/HEAD", "+refs/heads/*:refs/remotes/origin/*",
+                               "+refs/tags/*:refs/tags/*"], env, stdout=False) as fetch:
+        while not fetch.done_within(min(_POLL_SECONDS, max(deadline.remaining(), 0.01))):
+            problem = ""
+            if deadline.expired:
+                problem = f"not done within the {deadline.seconds:g} s deadline (KFDEF_FETCH_TIMEOUT)"
+            elif disk_usage(mirror) - before > options.max_download_bytes:
+                problem = (f"the repository is over the {options.max_download_bytes}-byte download limit; "
+                           "use a tarball of the ref instead")
+            if problem:
+                fetch.kill()
+                _drop_partial_packs(mirror)
+                raise SourceError(repo.name, repo.uri, f"git fetch refused: {problem}",
+                                  transient=deadline.expired) from None
+        if fetch.wait() != 0:
+            raise _GitFailed(fetch.messages())
 
 
 def _drop_partial_packs(mirror: Path) -> None:
@@ -176,10 +179,11 @@ def _drop_partial_packs(mirror: Path) -> None:
 
 def _resolve_ref(mirror: Path, ref: str, deadline: Deadline) -> str:
     candidates = [f"refs/tags/{ref}", f"refs/remotes/origin/{ref}", ref] if ref else ["refs/remotes/origin/HEAD"]
+    command = _git_command()
     for candidate in candidates:
         try:
-            return _git(["--git-dir", str(mirror), "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"],
-                        os.environ, deadline).strip()
+            return _run(command, ["--git-dir", str(mirror), "rev-parse", "--verify", "--quiet",
+                                  f"{candidate}^{{commit}}"], {}, deadline).strip()
         except _GitFailed:
             continue
     return ""
@@ -191,24 +195,23 @@ def _export(repo: Repo, cache: SourceCache, options: FetchOptions, mirror: Path,
         with cache.reserve(allowance, timeout=deadline.remaining()):
             staged = cache.staging()
             try:
-                process = subprocess.Popen(["git", "--git-dir", str(mirror), "archive", "--format=tar", commit],
-                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.DEVNULL)
-                deadline.on_expiry(process.kill)
-                try:
-                    assert process.stdout is not None
-                    safe_extract(process.stdout, staged, options, repo=repo, max_bytes=allowance, deadline=deadline)
-                except BaseException:
-                    process.kill()
-                    raise
-                finally:
-                    if process.stdout is not None:
-                        process.stdout.close()
-                    exit_code = process.wait()
+                with _Supervised(_git_command(), ["--git-dir", str(mirror), "archive", "--format=tar", commit], {},
+                                 stdout=True) as archive:
+                    deadline.on_expiry(archive.kill)
+                    try:
+                        safe_extract(archive.stdout, staged, options, repo=repo, max_bytes=allowance,
+                                     deadline=deadline)
+                    except BaseException:
+                        archive.kill()
+                        raise
+                    finally:
+                        archive.stdout.close()
+                    exit_code = archive.wait()
                 if exit_code != 0:
                     deadline.check()
                     raise SourceError(repo.name, repo.uri, f"git archive of commit {commit} failed (exit code "
-                                                           f"{exit_code}); the mirror may be damaged", transient=True)
+                                                           f"{exit_code}: {archive.messages()}); the mirror may be "
+                                                           "damaged", transient=True)
                 cache.publish(staged, tree)
             finally:
                 remove_path(staged)
@@ -216,13 +219,82 @@ def _export(repo: Repo, cache: SourceCache, options: FetchOptions, mirror: Path,
         raise SourceError(repo.name, repo.uri, str(error), transient=True) from None
 
 
-def _git(args: list[str], env: Mapping[str, str], deadline: Deadline) -> str:
+def _git_command() -> Git:
+    """gitpython's command layer, imported on first use: gitpython runs ``git version`` as it is imported and
+    refuses to load without a git executable, which only git sources need."""
     try:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, env=env,
-                              timeout=max(deadline.remaining(), 0.01), check=False)
-    except subprocess.TimeoutExpired:
+        from git.cmd import Git
+    except ImportError as error:
+        raise _GitFailed(f"git cannot be run ({' '.join(str(error).split())[:200]})") from None
+    return Git()
+
+
+def _run(command: Git, args: list[str], env: Mapping[str, str], deadline: Deadline) -> str:
+    """The output of a short git command (init, rev-parse), killed when the deadline passes."""
+    status, output, messages = command.execute([command.GIT_PYTHON_GIT_EXECUTABLE, *args], env=dict(env),
+                                               with_extended_output=True, with_exceptions=False,
+                                               kill_after_timeout=max(deadline.remaining(), 0.01))
+    if status != 0:
         deadline.check()
-        raise _GitFailed(f"git {args[0]} timed out") from None
-    if done.returncode != 0:
-        raise _GitFailed(" ".join(done.stderr.split())[-500:] or f"git {args[0]} failed")
-    return done.stdout
+        raise _GitFailed(" ".join(messages.split())[-500:] or f"git {args[0]} failed")
+    return output
+
+
+class _Supervised:
+    """A git process started through gitpython (``Git.execute(as_process=True)``) in a session of its own, so that
+    killing it ends the helpers git starts as well; its stderr is read on a thread that keeps the last
+    ``_MESSAGE_TAIL`` bytes. Leaving the ``with`` block kills it if it still runs."""
+
+    def __init__(self, command: Git, args: list[str], env: Mapping[str, str], *, stdout: bool) -> None:
+        self._handle = command.execute([command.GIT_PYTHON_GIT_EXECUTABLE, *args], env=dict(env), as_process=True,
+                                       with_stdout=stdout, start_new_session=True)
+        assert self._handle.proc is not None  # set until the handle is terminated
+        self._process: subprocess.Popen[bytes] = self._handle.proc
+        self._tail = bytearray()
+        self._reader = threading.Thread(target=self._keep_tail, args=(self._process.stderr,), daemon=True,
+                                        name="git-messages")
+        self._reader.start()
+
+    @property
+    def stdout(self) -> IO[bytes]:
+        assert self._process.stdout is not None, "started with stdout=False"
+        return self._process.stdout
+
+    def _keep_tail(self, stream: IO[bytes]) -> None:
+        try:
+            for chunk in iter(lambda: stream.read(_MESSAGE_TAIL), b""):
+                self._tail += chunk
+                del self._tail[:-_MESSAGE_TAIL]
+        except (OSError, ValueError):  # closed under it: gitpython's handle closes the pipes when it is collected
+            pass
+
+    def done_within(self, seconds: float) -> bool:
+        try:
+            self._process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL to git and every process of its session (safe to call again, or after it ended)."""
+        if self._process.returncode is None:
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> int:
+        return self._process.wait()
+
+    def messages(self) -> str:
+        """The end of what git wrote to stderr, on one line."""
+        self._reader.join(_MESSAGES_WAIT_SECONDS)
+        return " ".join(self._tail.decode(errors="replace").split())[-500:]
+
+    def __enter__(self) -> _Supervised:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+        self.wait()
+        self._reader.join(_MESSAGES_WAIT_SECONDS)

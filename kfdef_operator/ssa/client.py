@@ -73,6 +73,17 @@ def _decode(raw: bytes) -> JSON:
         return {"message": raw[:500].decode(errors="replace").strip()}
 
 
+#: What a request raises when the API server cannot be reached or does not answer in time (its transport's errors).
+UNREACHABLE: tuple[type[Exception], ...] = (TimeoutError, OSError, aiohttp.ClientError)
+
+
+def certificate_problem(error: BaseException) -> str | None:
+    """Why the API server's certificate was not trusted, when that is what ``error`` says; else None."""
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        return str(error.certificate_error)
+    return None
+
+
 class KubeApiError(Exception):
     """A non-2xx answer from kube-apiserver, with the server's own message."""
 
@@ -267,7 +278,7 @@ class KubeClient:
                 response = await self._api.rest_client.request(
                     method, url, headers=headers, body=body, _request_timeout=timeout)
                 raw = await response.read()
-            except (TimeoutError, OSError, aiohttp.ClientError):
+            except UNREACHABLE:
                 if method != "GET" or attempt == _MAX_ATTEMPTS - 1:
                     raise
                 await asyncio.sleep(_retry_delay(attempt, None))

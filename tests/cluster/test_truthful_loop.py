@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kfdef_dev.manifests import tarball
 from kfdef_operator.api.names import RECONCILE_ANNOTATION, REQUESTED_AT_ANNOTATION, SUSPEND_ANNOTATION
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason, wait_ready
 from tests.kube import wait_for
 from tests.operator_process import OperatorProcess
-from tests.reliability.support import TarballServer, tarball
+from tests.reliability.support import TarballServer
 from tests.stacks import write_package
 
 pytestmark = pytest.mark.cluster

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kfdef_dev.stacks import STACKS_HINT, V1_2_0_ARCHIVE, V1_11_0_ARCHIVE, configured_stacks_dir
+from kfdef_dev.releases import ARCHIVES, MODERN_SAMPLE, STACKS
+from kfdef_dev.stacks import STACKS_HINT
 from kfdef_operator.api.kfdef import KfDef, Repo, parse_kfdef
 from kfdef_operator.build.render import RenderedApplication, render
 from kfdef_operator.source.cache import SourceCache
@@ -25,29 +26,11 @@ from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolve import ResolvedSource, resolve_source
 from tests.kustomize_cli import cli_build
 
-ROOT = Path(__file__).resolve().parents[2]
-STACKS = configured_stacks_dir()
-ARCHIVES = {"v1.2.0": V1_2_0_ARCHIVE, "v1.11.0": V1_11_0_ARCHIVE}
 #: The kfctl KfDef files users downloaded for v1.2.0 (all of them use stacks rendering).
 KFCTL_V1_2_0 = ("kfctl_k8s_istio.v1.2.0.yaml", "kfctl_aws.v1.2.0.yaml", "kfctl_istio_dex.v1.2.0.yaml",
                 "kfctl_openshift.v1.2.0.yaml")
-MODERN_SAMPLE = ROOT / "kfdefs" / "kubeflow-v1.11.0-kustomize.yaml"
 
 JSON = dict[str, Any]
-
-
-def v1_11_0_profile_repair(tree: Path) -> list[JSON]:
-    """Kustomize patches giving v1.11.0's example Profile the name and owner kustomize 5.7.1 gives it.
-
-    ``example/`` names its user Profile through ``replacements`` that select it by its placeholder name
-    ``$(profile-name)``; kustomize 5.8 reads a selected name as a regular expression, which that placeholder never
-    matches, so the Profile keeps it and the API server refuses it. The release pins kustomize 5.7.1. The values
-    come from the release's own ``params.env``.
-    """
-    params = dict(line.split("=", 1) for line in (tree / "common/user-namespace/base/params.env").read_text().split())
-    return [{"target": {"group": "kubeflow.org", "kind": "Profile"}, "patch": yaml.safe_dump([
-        {"op": "replace", "path": "/metadata/name", "value": params["profile-name"]},
-        {"op": "replace", "path": "/spec/owner/name", "value": params["user"]}])}]
 
 
 @dataclass

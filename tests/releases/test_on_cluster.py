@@ -7,8 +7,8 @@ from its release archive as a ``file:`` URI and on a control plane of its own, o
    webhook (and the one object of v1.11.0 that kustomize 5.8 leaves unresolved, see ``KNOWN_DEFECTS``);
 2. every object of the stack that one of its fail-closed webhooks intercepts is deleted: the heal is refused, the
    status names each object with its webhook, and Ready is False for that reason;
-3. the release with what a kwok-run cluster cannot serve left out (``unservable.py``, thin wrapper kustomizations):
-   a truthful Ready, every remaining object applied and healthy;
+3. the release with what a kwok-run cluster cannot serve left out (``kfdef_dev/unservable.py``, thin wrapper
+   kustomizations): a truthful Ready, every remaining object applied and healthy;
 4. a no-op restart of the operator and five idle minutes: not one write;
 5. the training operator's Deployment deleted: healed, Available again, the stack Ready again;
 6. teardown: nothing of the stack left (aggregated ClusterRoles included), nothing that existed before touched (a
@@ -34,13 +34,14 @@ import pytest
 import yaml
 
 from kfdef_dev.controlplane import ControlPlane
+from kfdef_dev.releases import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
+from kfdef_dev.unservable import Excluded, intercepted, write_wrappers
 from kfdef_operator.upgrade.convert import served_for_release, upgrade_objects
 from tests.cluster.conftest import CRD_FILE, KFDEF_API
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
-from tests.releases.conftest import ARCHIVES, MODERN_SAMPLE, STACKS, Rendered, v1_11_0_profile_repair
+from tests.releases.conftest import Rendered
 from tests.releases.snapshot import Snapshot
-from tests.releases.unservable import Excluded, intercepted, write_wrappers
 
 pytestmark = pytest.mark.cluster
 

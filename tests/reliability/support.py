@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import base64
 import http.server
-import io
 import json
 import ssl
 import statistics
 import subprocess
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -146,14 +144,6 @@ class LogWindow:
 
 
 # --- a local server of manifest tarballs -------------------------------------------------------------------
-
-def tarball(root: Path, *, top: str = "manifests") -> bytes:
-    """``root`` as a .tar.gz with everything under one top-level directory (as GitHub serves archives)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        archive.add(root, arcname=top)
-    return buffer.getvalue()
-
 
 @dataclass
 class Route:

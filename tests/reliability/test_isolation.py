@@ -13,10 +13,11 @@ import time
 
 import pytest
 
+from kfdef_dev.manifests import tarball
 from tests.cluster.conftest import KFDEF_API, wait_condition_reason
 from tests.kube import wait_for
 from tests.operator_process import OperatorProcess
-from tests.reliability.support import OPERATOR_ENV, TarballServer, condition, delete_kfdefs, tarball, wait_ready
+from tests.reliability.support import OPERATOR_ENV, TarballServer, condition, delete_kfdefs, wait_ready
 from tests.unit.test_kustomize import fake_helper
 
 pytestmark = pytest.mark.cluster

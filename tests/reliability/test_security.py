@@ -16,13 +16,14 @@ import uuid
 
 import pytest
 
+from kfdef_dev.manifests import tarball
 from kfdef_operator.api.kfdef import Repo
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolve import resolve_source
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
-from tests.reliability.support import TarballServer, self_signed_cert, tarball, wait_ready
+from tests.reliability.support import TarballServer, self_signed_cert, wait_ready
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ import time
 import pytest
 
 from kfdef_dev.controlplane import free_port
+from kfdef_dev.manifests import tarball
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
 from tests.kube import wait_for
-from tests.reliability.support import TarballServer, condition, delete_kfdefs, kfdef, tarball, wait_ready
+from tests.reliability.support import TarballServer, condition, delete_kfdefs, kfdef, wait_ready
 
 pytestmark = pytest.mark.cluster
 

@@ -17,13 +17,14 @@ from collections.abc import Callable
 import git
 import pytest
 
+from kfdef_dev.manifests import tarball
 from kfdef_operator.api.kfdef import Repo
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolve import resolve_source
 from tests.cluster.conftest import KFDEF_API, wait_condition_reason
-from tests.reliability.support import TarballServer, condition, delete_kfdefs, self_signed_cert, tarball
+from tests.reliability.support import TarballServer, condition, delete_kfdefs, self_signed_cert
 
 FAST = {"retries": 0, "connect_timeout": 2, "read_timeout": 2}
 #: The fetch-level scenarios' servers are on 127.0.0.1; every other internal address stays refused.

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import http.server
 import io
+import os
 import re
 import socket
+import subprocess
+import sys
 import tarfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import git
 import pytest
@@ -414,6 +419,62 @@ def test_git_unknown_ref_missing_subdir_and_unreachable_repo(upstream, cache, lo
     with pytest.raises(SourceError, match="git fetch failed") as unreachable:
         fetch(f"git+file://{tmp_path}/no-such-repo", cache, local)
     assert unreachable.value.transient
+    assert "no-such-repo' does not appear to be a git repository" in str(unreachable.value), "git's own message"
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Command lines of the live processes naming ``text`` (a zombie's is empty)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
+
+def test_git_fetch_is_killed_with_its_helpers_at_the_deadline(cache):
+    """A server that accepts and never answers: the fetch ends at the deadline, and git's transport helper
+    (git-remote-http, blocked on the socket) ends with git."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.extend(iter(lambda: listener.accept()[0], None)), daemon=True).start()
+    url = f"127.0.0.1:{listener.getsockname()[1]}/stalled.git"
+    started = time.monotonic()
+    try:
+        with pytest.raises(SourceError, match=r"git fetch refused: not done within the 1 s deadline") as caught:
+            fetch(f"git+http://{url}", cache, replace(FAST, timeout=1))
+        assert caught.value.transient and time.monotonic() - started < 5
+        assert accepted, "git never connected"
+        assert _processes_naming(url) == []
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.close()
+
+
+def test_without_a_git_executable_only_git_sources_fail(tmp_path):
+    """gitpython will not load without git: the operator still imports, and only git sources fail."""
+    (tmp_path / "plain").mkdir()
+    script = "\n".join((
+        "from kfdef_operator.cli import main",  # the whole product imports
+        "from kfdef_operator.api.kfdef import Repo",
+        "from kfdef_operator.source.cache import SourceCache",
+        "from kfdef_operator.source.errors import SourceError",
+        "from kfdef_operator.source.options import FetchOptions",
+        "from kfdef_operator.source.resolve import resolve_source",
+        f"cache, options = SourceCache({str(tmp_path / 'c')!r}), FetchOptions(local_roots=({str(tmp_path)!r},))",
+        f"print(resolve_source(Repo('m', {str(tmp_path / 'plain')!r}), cache, options).local_path)",
+        f"try: resolve_source(Repo('m', 'git+file://{tmp_path}/r.git'), cache, options)",
+        "except SourceError as error: print(error)"))
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    plain, git_error = done.stdout.splitlines()
+    assert plain == str(tmp_path / "plain")
+    assert "git fetch failed: git cannot be run (Failed to initialize: Bad git executable." in git_error
 
 
 def test_git_uri_parsing():
