@@ -25,6 +25,9 @@ from kfdef_operator.upgrade.convert import (
 )
 from tests.releases.conftest import KFCTL_V1_2_0, Rendered
 
+pytestmark = pytest.mark.kustomize  # renders through the render helper, compared with the kustomize CLI
+
+
 SERVED_1_36 = served_for_release("1.36")
 LARGE_CRD_BYTES = 256 * 1024
 

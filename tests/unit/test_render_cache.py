@@ -18,6 +18,8 @@ from kfdef_operator.build.cache import RenderCache, applications_from_json
 from kfdef_operator.build.render import render
 from tests.unit.test_render import FIXTURES, local_sources
 
+pytestmark = pytest.mark.kustomize  # every test renders through the render helper
+
 
 def counting_cache(tmp_path, settings="kustomize=pinned;remote-bases=refused"):
     calls = []
