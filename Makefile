@@ -1,24 +1,26 @@
 # kfdef-operator developer entry points. Everything installs itself:
 #   make demo    the main job on an embedded local control plane
 #   make test    the whole test suite (what CI runs)
+#   make check   while working: lint and the tests needing no Go build, no control plane, no release archives
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# Control-plane binaries (etcd, kube-apiserver, KCM, scheduler, kubectl, kwok, kustomize), outside the repo.
-K8SBIN := $(shell tools/build-control-plane.sh --dir)
+# Control-plane binaries (etcd, kube-apiserver, KCM, scheduler, kubectl, kwok, kustomize), outside the repo. These
+# three are looked up only by the targets that use them (`=`), never by `make check`.
+K8SBIN = $(shell tools/build-control-plane.sh --dir)
 # The render helper (tools/kfdef-render: kustomize's API on a confined filesystem), outside the repo.
-RENDER_HELPER := $(shell tools/build-render-helper.sh --path)
+RENDER_HELPER = $(shell tools/build-render-helper.sh --path)
 # The operator framework's bundle validators (tools/olm-validate), outside the repo.
-OLM_VALIDATE := $(shell tools/build-olm-validate.sh --path)
-RUN    := env KFDEF_K8SBIN=$(K8SBIN) KFDEF_RENDER_HELPER=$(RENDER_HELPER) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
+OLM_VALIDATE = $(shell tools/build-olm-validate.sh --path)
+RUN    = env KFDEF_K8SBIN=$(K8SBIN) KFDEF_RENDER_HELPER=$(RENDER_HELPER) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 # The suites and benchmarks that read the Kubeflow release archives run with KFDEF_STACKS_DIR set to them: found
 # ($KFDEF_STACKS_DIR, ../shared/stacks) or fetched once into a cache by kfdef_dev/stacks.py, before netns-run cuts
 # the network.
 test unit reliability-report bench bench-quick: RUN := $(PY) -m kfdef_dev stacks -- $(RUN)
 
-.PHONY: all venv control-plane lint test reliability-report unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
+.PHONY: all venv control-plane lint check test reliability-report unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
 
 all: test
 
@@ -38,9 +40,15 @@ control-plane:
 demo: venv control-plane
 	@$(RUN) $(PY) -m kfdef_dev demo $(DEMO_ARGS)
 
-# The suite runs in a loopback-only network namespace (see tools/netns-run), after the static checks.
+# The suite runs in a loopback-only network namespace (see tools/netns-run), after the static checks; the 20 slowest
+# tests are listed at the end.
 test: lint control-plane olm-validate
-	$(RUN) $(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(RUN) $(PY) -m pytest -ra --durations=20 $(PYTEST_ARGS)
+
+# The fast loop: the static checks and every test that needs no Go-built binary (which includes the control plane)
+# and no release archive, selected by their marks (tests/conftest.py). Builds nothing.
+check: lint
+	tools/netns-run $(PY) -m pytest -q -m "not cluster and not kustomize and not stacks" $(PYTEST_ARGS)
 
 # Static checks: the layers import one way (import-linter), style (ruff), types (mypy; the core layers strict).
 lint: venv

@@ -1,4 +1,5 @@
-"""Shared fixtures: one real local control plane per test session (started lazily)."""
+"""Shared fixtures: one real local control plane per test session (started lazily); the marks saying what a test
+needs, and the guard that makes a test fail when it uses a Go-built binary without saying so."""
 
 from __future__ import annotations
 
@@ -13,24 +14,71 @@ from kfdef_dev.controlplane import ControlPlane
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+#: Fixtures that start a control plane (every fixture reaching the cluster depends on one of them).
+CLUSTER_FIXTURES = frozenset({"control_plane", "plane"})
+#: Fixtures that unpack the Kubeflow release archives (tests/unit/conftest.py, tests/releases/conftest.py).
+STACKS_FIXTURES = frozenset({"kubeflow_v1_2_source", "release_trees"})
+#: How the tests and the product find the Go-built binaries (tools/build-*.sh), besides their cache.
+GO_BINARY_SETTINGS = ("KFDEF_K8SBIN", "KFDEF_RENDER_HELPER", "KFDEF_OLM_VALIDATE")
+
+
+def _go_binary_dirs(environ: dict[str, str]) -> set[Path]:
+    """Where the Go-built binaries are: the build cache and the directories the settings name (`make` puts the
+    control plane's on PATH)."""
+    cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfdef-operator"
+    named = [Path(environ[name]) for name in GO_BINARY_SETTINGS if environ.get(name)]
+    return {cache, *(path if path.is_dir() else path.parent for path in named)}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks derived from the fixtures a test uses, so that a new test cannot forget them. A control plane is made
+    of Go-built binaries, so ``cluster`` implies ``kustomize``: ``-m "not kustomize"`` needs no Go build at all."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & CLUSTER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+        if used & STACKS_FIXTURES:
+            item.add_marker(pytest.mark.stacks)
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.kustomize)
+
+
+@pytest.fixture(scope="session")
+def _empty_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache-without-go-binaries")
+
+
+@pytest.fixture(autouse=True)
+def _go_binaries_only_when_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked ``kustomize`` runs with every Go-built binary out of reach (no setting, no cache, not on
+    PATH), even where they are built: one that needs them fails in every run, rather than only where they are
+    missing (`make check` on a fresh clone)."""
+    if request.node.get_closest_marker("kustomize"):
+        return
+    hidden = _go_binary_dirs(dict(os.environ))
+    for name in GO_BINARY_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(request.getfixturevalue("_empty_cache_home")))
+    monkeypatch.setenv("PATH", os.pathsep.join(
+        entry for entry in os.environ.get("PATH", "").split(os.pathsep)
+        if not any(Path(entry) == d or d in Path(entry).parents for d in hidden)))
+
 
 _FIRST_PROCESS = pytest.StashKey[int]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """looptime's pytest plugin patches pytest-asyncio's loops, and with pytest-asyncio absent (it is, here) its
-    fixture hook fails the setup of every fixture (looptime 0.9). The tests run virtual-time loops themselves
-    (tests/virtual_time.py), so the plugin is left out."""
-    config.pluginmanager.set_blocked("looptime_plugin")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A failing test's report carries the log tails of the operators it ran (CI shows nothing else): those
-    still running (shared fixtures') and those the test started."""
+    still running (shared fixtures') and those the test started; an unmarked one's says the binaries were hidden."""
     from tests.operator_process import STARTED
 
     report = yield
+    if report.failed and not item.get_closest_marker("kustomize"):
+        report.sections.append(("Go-built binaries hidden", "this test is not marked `kustomize` (nor `cluster`), so "
+                                "it ran without the render helper, kustomize, olm-validate and the control plane: "
+                                "if it needs one of them, mark it"))
     if report.when == "setup":
         item.stash[_FIRST_PROCESS] = len(STARTED)
     elif report.when == "call" and report.failed:

@@ -21,6 +21,9 @@ from kfdef_operator.upgrade.crd import API_APPROVAL_ANNOTATION, is_protected_gro
 from kfdef_operator.upgrade.structural import is_structural
 from tests.releases.conftest import KFCTL_V1_2_0, Rendered
 
+pytestmark = pytest.mark.kustomize  # renders through the render helper, compared with the kustomize CLI
+
+
 SERVED_1_36 = served_for_release("1.36")
 LARGE_CRD_BYTES = 256 * 1024
 

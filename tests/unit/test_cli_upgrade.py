@@ -37,6 +37,7 @@ def by_kind(objects: list[dict]) -> dict[str, dict]:
     return found
 
 
+@pytest.mark.kustomize
 def test_without_target_version_the_output_keeps_the_legacy_versions(build):
     code, out, err = build(LEGACY_STACK / "kfdef.yaml")
     assert code == 0, err
@@ -47,6 +48,7 @@ def test_without_target_version_the_output_keeps_the_legacy_versions(build):
     assert "upgraded" not in err
 
 
+@pytest.mark.kustomize
 def test_target_version_upgrades_every_removed_api_version(build):
     code, out, err = build(LEGACY_STACK / "kfdef.yaml", "--target-version", "1.36")
     assert code == 0, err
@@ -84,6 +86,7 @@ def test_target_version_upgrades_every_removed_api_version(build):
         "Ignore", "None", ["v1beta1"])
 
 
+@pytest.mark.kustomize
 def test_summary_reports_upgraded_counts_and_kinds(build):
     code, _, err = build(LEGACY_STACK / "kfdef.yaml", "--target-version", "v1.36.0")
     assert code == 0, err
@@ -94,6 +97,7 @@ def test_summary_reports_upgraded_counts_and_kinds(build):
     assert "warning:" not in err
 
 
+@pytest.mark.kustomize
 def test_an_older_target_upgrades_only_what_it_no_longer_serves(build):
     code, out, err = build(LEGACY_STACK / "kfdef.yaml", "--target-version", "1.21")
     assert code == 0, err
@@ -104,6 +108,7 @@ def test_an_older_target_upgrades_only_what_it_no_longer_serves(build):
     assert "upgraded 1 objects (Deployment 1)" in err
 
 
+@pytest.mark.kustomize
 def test_policy_off_fails_with_one_line_listing_the_unserved_objects(build):
     code, out, err = build(LEGACY_STACK / "kfdef.yaml", "--target-version", "1.36", "--api-upgrade", "off")
     assert (code, out) == (2, "")
@@ -113,6 +118,7 @@ def test_policy_off_fails_with_one_line_listing_the_unserved_objects(build):
     assert "Service kubeflow/gadgets-controller" not in err
 
 
+@pytest.mark.kustomize
 def test_policy_off_passes_when_everything_is_served(build):
     code, out, err = build(LEGACY_STACK / "kfdef.yaml", "--target-version", "1.15", "--api-upgrade", "off")
     assert code == 0, err
@@ -154,6 +160,7 @@ def _stack_with_extras(tmp_path: Path) -> Path:
     return repo / "kfdef.yaml"
 
 
+@pytest.mark.kustomize
 def test_unconvertible_objects_are_left_out_with_a_warning_per_application_file(build, tmp_path):
     out_dir = tmp_path / "out"
     code, out, err = build(_stack_with_extras(tmp_path), "--target-version", "1.36", "-o", str(out_dir))

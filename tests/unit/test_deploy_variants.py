@@ -1,29 +1,25 @@
 """The kustomize installs, built: replicas and their election, shards that never overlap, namespaced RBAC.
 
-Needs ``kustomize`` on PATH (``make unit`` provides it). What these manifests do on a cluster is proven by
+Built with the pinned kustomize CLI (``make control-plane``). What these manifests do on a cluster is proven by
 tests/cluster/test_deploy.py, tests/cluster/test_install_modes.py and tests/reliability/test_high_availability.py.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from kfdef_operator.api.names import SHARD_LABEL
 from kfdef_operator.controller.scope import lease_name
+from tests.kustomize_cli import cli_build
 
 ROOT = Path(__file__).resolve().parents[2]
-KUSTOMIZE = shutil.which("kustomize")
-pytestmark = pytest.mark.skipif(KUSTOMIZE is None, reason="kustomize is not on PATH (run through make)")
+pytestmark = pytest.mark.kustomize
 
 
 def build(directory: str) -> list[dict]:
-    out = subprocess.run([KUSTOMIZE, "build", ROOT / directory], check=True, capture_output=True, text=True).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    return cli_build(ROOT / directory)
 
 
 def of_kind(docs: list[dict], kind: str) -> list[dict]:

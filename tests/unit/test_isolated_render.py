@@ -46,6 +46,7 @@ def small_limits(**changes) -> RenderLimits:
     return RenderLimits(**{**values, **changes})
 
 
+@pytest.mark.kustomize
 def test_a_render_in_the_child_returns_the_objects_and_progress(tmp_path):
     progress = []
     [app] = IsolatedRender()(kfdef_of(), package(tmp_path, {"resources": ["cm.yaml"]}, **{"cm.yaml": CONFIG_MAP}),
@@ -54,6 +55,7 @@ def test_a_render_in_the_child_returns_the_objects_and_progress(tmp_path):
     assert [p.name for p in progress] == ["app"]
 
 
+@pytest.mark.kustomize
 def test_a_nested_bracket_bomb_fails_only_its_render(tmp_path):
     sources = package(tmp_path, "resources: " + "[" * 60_000 + "]" * 60_000 + "\n")
     with pytest.raises(RenderError, match=r"^application 'app': refused to build: manifests:pkg/kustomization.yaml: "
@@ -61,6 +63,7 @@ def test_a_nested_bracket_bomb_fails_only_its_render(tmp_path):
         IsolatedRender()(kfdef_of(), sources, tmp_path / "work")
 
 
+@pytest.mark.kustomize
 @pytest.mark.parametrize("legacy", [False, True], ids=["built in place", "copied first"])
 def test_a_huge_file_fails_with_the_limit_named(tmp_path, legacy):
     sources = package(tmp_path, {"resources": ["huge.yaml"]}, legacy=legacy)
@@ -73,6 +76,7 @@ def test_a_huge_file_fails_with_the_limit_named(tmp_path, legacy):
         IsolatedRender()(kfdef_of(), sources, tmp_path / "work")
 
 
+@pytest.mark.kustomize
 def test_rendered_objects_over_the_file_size_limit_fail_with_the_limit_named(tmp_path):
     """Small files, a large answer: one 100 kB file put into ConfigMaps five times."""
     generators = [{"name": f"c{i}", "files": ["blob.txt"]} for i in range(5)]
@@ -98,6 +102,7 @@ def test_a_hang_is_killed_at_the_wall_time_limit_with_everything_it_started(tmp_
             time.sleep(0.05)
 
 
+@pytest.mark.kustomize
 def test_a_memory_bomb_fails_with_the_memory_limit_named(tmp_path):
     """The real kustomize asked to put one 1 MiB file into a ConfigMap 400 times."""
     files = [f"k{i}=blob.txt" for i in range(400)]
@@ -140,6 +145,7 @@ def test_bad_limit_settings_are_named(variable, value):
     assert RenderLimits.from_env({"KFDEF_RENDER_MEMORY": "512Mi"}).memory_bytes == 512 * 1024 ** 2
 
 
+@pytest.mark.kustomize
 def test_kubeflow_v1_2_still_renders_isolated(kubeflow_v1_2_source, tmp_path):
     """kfctl's v1.2.0 stacks KfDef (its repo unpacked from the release tarball), rendered as the operator does."""
     body = yaml.safe_load((STACKS / "kfdefs" / "kfctl_k8s_istio.v1.2.0.yaml").read_text())

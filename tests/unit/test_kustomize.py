@@ -26,8 +26,6 @@ from kfdef_operator.build.kustomize import (
     parse_output,
 )
 
-pytestmark = pytest.mark.kustomize
-
 MANIFESTS = Path(__file__).parent.parent / "fixtures" / "manifests"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,10 +72,12 @@ def test_lookup_takes_the_explicit_helper_then_the_built_one_and_never_path(tmp_
         find_render_helper({"KFDEF_RENDER_HELPER": str(executable(tmp_path / "kubectl", "#!/bin/sh\nexit 1\n"))})
 
 
+@pytest.mark.kustomize
 def test_the_tests_and_the_operator_use_the_pinned_version(pinned):
     assert pinned.version == PINNED_VERSION, pinned.describe()
 
 
+@pytest.mark.kustomize
 def test_the_helper_is_built_on_the_api_of_the_pinned_kustomize_cli(pinned):
     """tools/kfdef-render and tools/kustomize require the same kustomize API and kyaml, so the helper renders as
     the CLI the tests compare against."""
@@ -122,6 +122,7 @@ def test_go_memory_limit_stays_within_the_render_memory_limit(render_limit, expe
     assert int(limited.stdout) == expected
 
 
+@pytest.mark.kustomize
 def test_build_returns_objects_of_a_real_kustomization(pinned, tmp_path):
     root = MANIFESTS / "application" / "v3"
     output = build(root, roots={root: "app:"}, helper=pinned, home=tmp_path)
@@ -130,6 +131,7 @@ def test_build_returns_objects_of_a_real_kustomization(pinned, tmp_path):
     assert output.confinement.startswith("network refused in process; ")
 
 
+@pytest.mark.kustomize
 def test_root_only_refuses_files_outside_the_folder_none_allows_them_inside_the_roots(pinned, tmp_path):
     stack = MANIFESTS / "stacks" / "generic" / "application" / "kubeflow-apps"
     repo = MANIFESTS  # the stack reads ../../../../apps/...
@@ -144,6 +146,7 @@ def test_root_only_refuses_files_outside_the_folder_none_allows_them_inside_the_
     assert "is outside the tree the KfDef names" in str(outside.value)
 
 
+@pytest.mark.kustomize
 def test_failure_names_the_error_first_by_repository_paths_without_warnings(pinned, tmp_path):
     root = tmp_path / "work" / "repo"
     (root / "app").mkdir(parents=True)
@@ -189,6 +192,7 @@ def test_parse_refuses_non_objects_bad_json_and_deep_nesting():
             "[[[[[[[[]]]]]]]]", "[" * 200 + "]" * 200), path=Path("."))
 
 
+@pytest.mark.kustomize
 def test_paths_are_shown_by_the_names_of_their_roots(tmp_path):
     text = f"security: {tmp_path}/copy/app/x.yaml and {tmp_path}/gen/app and /etc/passwd"
     shown = kustomize.show_paths(text, {tmp_path / "copy": "manifests:", tmp_path / "gen": "(generated for app)/"})

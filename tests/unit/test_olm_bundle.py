@@ -1,8 +1,8 @@
 """The committed OLM bundle: fresh with respect to crds/ and deploy/, and valid for the operator framework.
 
-Needs ``kustomize`` on PATH (the generator builds deploy/) and the
-``olm-validate`` binary (``$KFDEF_OLM_VALIDATE``, else the path
-``tools/build-olm-validate.sh`` would build); ``make test`` provides both.
+Two tests need Go-built binaries (marked ``kustomize``): the pinned kustomize CLI (the generator builds deploy/)
+and ``olm-validate`` (``$KFDEF_OLM_VALIDATE``, else the path ``tools/build-olm-validate.sh`` would build);
+``make test`` provides both.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from kfdef_operator.api.kfdef import parse_kfdef
+from tests.kustomize_cli import cli_path
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "olm-bundle"
@@ -37,14 +38,17 @@ def olm_validate() -> Path:
     return path
 
 
+@pytest.mark.kustomize
 def test_committed_bundle_matches_a_fresh_generation(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, ROOT / "tools" / "gen-olm-bundle.py", "--output", tmp_path], check=True)
+    subprocess.run([sys.executable, ROOT / "tools" / "gen-olm-bundle.py", "--output", tmp_path,
+                    "--kustomize", cli_path()], check=True)
     fresh, committed = bundle_files(tmp_path), bundle_files(BUNDLE)
     assert sorted(committed) == sorted(fresh), "run `make olm-bundle`: the bundle's file list is stale"
     stale = [name for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"run `make olm-bundle`: stale bundle files {stale}"
 
 
+@pytest.mark.kustomize
 def test_bundle_passes_operator_framework_validation() -> None:
     result = subprocess.run([olm_validate(), "-k8s-version", "1.36", BUNDLE], capture_output=True, text=True)
     print(result.stdout, result.stderr)  # warnings stay visible with -s / in failure reports

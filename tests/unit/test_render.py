@@ -203,6 +203,7 @@ def by_kind(app, kind: str) -> dict[str, dict]:
     return {o["metadata"]["name"]: o for o in app.objects if o["kind"] == kind}
 
 
+@pytest.mark.kustomize
 def test_legacy_render_matches_golden_and_keeps_spec_order(legacy):
     kfdef, rendered = legacy
     assert [(a.name, a.mode) for a in rendered] == [
@@ -212,6 +213,7 @@ def test_legacy_render_matches_golden_and_keeps_spec_order(legacy):
     check_golden("local-legacy.objects.yaml", {a.name: a.objects for a in rendered})
 
 
+@pytest.mark.kustomize
 def test_namespace_objects_of_legacy_packages_keep_their_names(legacy):
     _, rendered = legacy
     istio = rendered[0]
@@ -220,6 +222,7 @@ def test_namespace_objects_of_legacy_packages_keep_their_names(legacy):
     assert gateway["metadata"]["namespace"] == "istio-system"
 
 
+@pytest.mark.kustomize
 def test_plain_entry_points_build_exactly_as_kustomize_does(legacy):
     # Nothing added (objects without a namespace get the KfDef's from the operator), v5's namespace meaning.
     _, rendered = legacy
@@ -229,6 +232,7 @@ def test_plain_entry_points_build_exactly_as_kustomize_does(legacy):
     assert set(by_kind(rendered[4], "Namespace")) == {"kubeflow-profiles"}
 
 
+@pytest.mark.kustomize
 def test_a_plain_entry_point_has_the_whole_repository(tmp_path):
     kfdef = write_kfdef({"name": "kubeflow", "kustomizeConfig": {"repoRef": {"name": "manifests",
                                                                               "path": "modern/example"}}})
@@ -240,6 +244,7 @@ def test_a_plain_entry_point_has_the_whole_repository(tmp_path):
     assert not (tmp_path / "kustomize" / "kubeflow").exists(), "built in place, not copied"
 
 
+@pytest.mark.kustomize
 def test_stacks_mode_builds_a_tree_written_for_kustomize_v5_as_v5_does(tmp_path):
     # Its replacements read namespaces, its patches name renamed Namespaces: no v3 rewrite anywhere.
     kfdef = write_kfdef({"name": "kubeflow-apps", "kustomizeConfig": {"repoRef": {"name": "manifests",
@@ -250,6 +255,7 @@ def test_stacks_mode_builds_a_tree_written_for_kustomize_v5_as_v5_does(tmp_path)
     assert not list((tmp_path / "repos").rglob(NAMESPACE_TRANSFORMER_FILE))
 
 
+@pytest.mark.kustomize
 def test_stacks_mode_rewrites_only_the_v3_kustomizations_that_need_it(tmp_path):
     render(kfdef_from("local-stacks.yaml"), local_sources(), tmp_path)
     rewritten = sorted(str(path.parent.relative_to(tmp_path / "repos" / "manifests"))
@@ -258,6 +264,7 @@ def test_stacks_mode_rewrites_only_the_v3_kustomizations_that_need_it(tmp_path):
     assert rewritten == ["istio/istio-install/base"]
 
 
+@pytest.mark.kustomize
 def test_legacy_params_overlays_and_patches_land_in_objects(legacy):
     kfdef, rendered = legacy
     jupyter, argo = rendered[2], rendered[3]
@@ -287,18 +294,21 @@ def test_legacy_params_overlays_and_patches_land_in_objects(legacy):
     assert by_kind(argo, "Secret")  # from the istio overlay's secretGenerator
 
 
+@pytest.mark.kustomize
 def test_rerender_is_identical_and_parallelism_does_not_change_results(legacy, tmp_path):
     kfdef, rendered = legacy
     again = render(kfdef, local_sources(), tmp_path, max_workers=1)
     assert [a.objects for a in again] == [a.objects for a in rendered]
 
 
+@pytest.mark.kustomize
 def test_source_cache_is_not_modified(legacy):
     assert "namespace: kubeflow" in (MANIFESTS / "jupyter/jupyter-web-app/base/kustomization.yaml").read_text()
     assert "containers/0/args/1" in (MANIFESTS / "jupyter/jupyter-web-app/base/params.yaml").read_text()
     assert "generateName=\n" in (MANIFESTS / "argo/base/params.env").read_text()
 
 
+@pytest.mark.kustomize
 def test_stacks_mode_wraps_every_application_and_loads_outside_files(tmp_path):
     kfdef = kfdef_from("local-stacks.yaml")
     progress = []
@@ -318,6 +328,7 @@ def write_kfdef(app: dict) -> KfDef:
                         "spec": {"repos": [{"name": "manifests", "uri": "/unused"}], "applications": [app]}})
 
 
+@pytest.mark.kustomize
 def test_overlay_without_bases_includes_the_overlay_dir(tmp_path):
     kfdef = write_kfdef({"name": "dash", "kustomizeConfig": {
         "repoRef": {"name": "manifests", "path": "centraldashboard"}, "overlays": ["extra"]}})
@@ -326,6 +337,7 @@ def test_overlay_without_bases_includes_the_overlay_dir(tmp_path):
         ("ConfigMap", "kubeflow"), ("Service", "kubeflow")]
 
 
+@pytest.mark.kustomize
 def test_missing_overlay_is_an_error_naming_the_available_ones(tmp_path):
     kfdef = write_kfdef({"name": "jwa", "kustomizeConfig": {
         "repoRef": {"name": "manifests", "path": "jupyter/jupyter-web-app"}, "overlays": ["istio", "gcp"]}})
@@ -334,6 +346,7 @@ def test_missing_overlay_is_an_error_naming_the_available_ones(tmp_path):
     assert caught.value.application == "jwa"
 
 
+@pytest.mark.kustomize
 def test_broken_kustomization_surfaces_kustomize_stderr_and_all_failures(tmp_path):
     kfdef = parse_kfdef({"metadata": {"name": "kf", "namespace": "kubeflow"}, "spec": {
         "repos": [{"name": "manifests", "uri": "/unused"}],
@@ -348,6 +361,7 @@ def test_broken_kustomization_surfaces_kustomize_stderr_and_all_failures(tmp_pat
     assert "1 more failed: nowhere" in str(caught.value)
 
 
+@pytest.mark.kustomize
 def test_package_without_any_kustomization_is_an_error(tmp_path):
     kfdef = write_kfdef({"name": "x", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "stacks"}}})
     with pytest.raises(RenderError, match="neither base/kustomization.yaml nor a kustomization.yaml"):

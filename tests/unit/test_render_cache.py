@@ -35,6 +35,7 @@ def body() -> dict:
     return obj
 
 
+@pytest.mark.kustomize
 def test_a_second_render_of_the_same_kfdef_and_sources_comes_from_the_cache(tmp_path):
     cache, calls = counting_cache(tmp_path)
     first = cache.render(body(), parse_kfdef(body()), local_sources(), tmp_path / "work")
@@ -44,6 +45,7 @@ def test_a_second_render_of_the_same_kfdef_and_sources_comes_from_the_cache(tmp_
     assert [(a.name, a.mode, a.objects) for a in again] == [(a.name, a.mode, a.objects) for a in first]
 
 
+@pytest.mark.kustomize
 def test_a_changed_spec_or_source_revision_renders_again(tmp_path):
     cache, calls = counting_cache(tmp_path)
     cache.render(body(), parse_kfdef(body()), local_sources(), tmp_path / "work")
@@ -55,6 +57,7 @@ def test_a_changed_spec_or_source_revision_renders_again(tmp_path):
     assert len(calls) == 3
 
 
+@pytest.mark.kustomize
 def test_an_unreadable_entry_is_rendered_again(tmp_path):
     cache, calls = counting_cache(tmp_path)
     cache.render(body(), parse_kfdef(body()), local_sources(), tmp_path / "work")
@@ -64,6 +67,7 @@ def test_an_unreadable_entry_is_rendered_again(tmp_path):
     assert len(calls) == 2 and rendered
 
 
+@pytest.mark.kustomize
 def test_other_renderer_settings_render_again(tmp_path):
     """A render made while remote bases were allowed (or with another kustomize) is not reused."""
     cache, calls = counting_cache(tmp_path)
@@ -74,6 +78,7 @@ def test_other_renderer_settings_render_again(tmp_path):
     assert len(calls) == 2
 
 
+@pytest.mark.kustomize
 def test_a_render_by_other_build_code_renders_again(tmp_path, monkeypatch):
     """A patched or development build of the same version never serves the old code's renders."""
     cache, calls = counting_cache(tmp_path)
@@ -92,6 +97,7 @@ def test_the_build_code_digest_follows_every_module(tmp_path):
     assert cache_module.code_digest(package) != before
 
 
+@pytest.mark.kustomize
 @pytest.mark.parametrize("tamper", [
     lambda e: e["applications"][0].update(objects="not a list"),
     lambda e: e["applications"][0].update(mode="exec"),

@@ -14,6 +14,9 @@ from kfdef_operator.api.kfdef import KfDef, parse_kfdef
 from kfdef_operator.build.render import RenderError, aggregated_patch_file, render
 from kfdef_operator.source.resolve import ResolvedSource
 
+pytestmark = pytest.mark.kustomize  # every test renders through the render helper
+
+
 SECRET = "operator-secret-4242"
 
 
