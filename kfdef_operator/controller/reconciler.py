@@ -429,6 +429,9 @@ class Reconciler:
             raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",
                        retry=True)
         failures = stack.failed_changes()
+        if announce and stack.reported.get("warnings"):  # the generation in the message: one Event per generation
+            await self.events.record(stack.owner, "Normal", "RenderWarnings",
+                                     f"generation {stack.generation}: " + "; ".join(stack.reported["warnings"]))
         if upgraded and (changes.written or announce):
             await self.events.record(stack.owner, "Normal", "ApiVersionsUpgraded", upgraded)
         for change in changes:
@@ -463,11 +466,14 @@ class Reconciler:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
         await self.discovery.refresh_unless_served(_kinds_served_elsewhere(rendered))
         desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
+        # Duplicates resolve as kfctl resolved them: a note, not a problem (Degraded means a person must act).
+        duplicates = ([f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"]
+                      if desired.duplicates else [])
         stack.reported.update(
             sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
             reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()],
-            warnings=[cond.truncate(f"application {app.name!r}: {warning}", 512)
-                      for app in rendered for warning in app.warnings][:cond.MAX_FAILURES_LISTED])
+            warnings=[*duplicates, *(cond.truncate(f"application {app.name!r}: {warning}", 512)
+                                     for app in rendered for warning in app.warnings)][:cond.MAX_FAILURES_LISTED])
         return desired, upgraded
 
     def _targets(self, stacks: Iterable[Stack]) -> set[WatchTarget]:
@@ -493,9 +499,6 @@ class Reconciler:
         stack.run_once = {ref for ref, obj in desired.objects.items() if is_run_once(obj)}
         stack.webhooks = webhooks_of(desired.objects.values())
         stack.rejected = desired.rejected
-        stack.problems.pop("render", None)
-        if desired.duplicates:
-            stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
         stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
                                       "kinds": sorted({u.kind for u in upgraded.upgraded}),
                                       "notes": [cond.truncate(n, 256)
