@@ -77,9 +77,9 @@ def verdict(stack: Stack, live: LiveView, *, health_timeout: float, now: float) 
 
 def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
     """Counts for the whole stack and per application."""
-    counts: dict[str, dict[str, int]] = {name: dict.fromkeys(_COUNTS, 0) for name in stack.applications}
+    counts: dict[str, dict[str, int]] = {name: dict.fromkeys(_COUNTS, 0) for name in application_names(stack)}
     for ref, app in stack.application_of.items():
-        row = counts.setdefault(app, dict.fromkeys(_COUNTS, 0))
+        row = counts[app]
         row["total"] += 1
         change = stack.changes.get(ref)
         if change is not None and change.ok:
@@ -96,18 +96,38 @@ def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
     return summary, [{"name": name, **row} for name, row in counts.items()]
 
 
+def inventory_entries(stack: Stack) -> list[JSON]:
+    """``status.inventory.entries``; each object the current render holds also names its application (``a``: its
+    index in ``status.applications``), so that a reader of the status alone can show the stack as a tree."""
+    index = {name: position for position, name in enumerate(application_names(stack))}
+    entries = []
+    for ref, entry in stack.inventory.items():
+        encoded = entry.encode(ref)
+        application = stack.application_of.get(ref) if ref in stack.desired else None
+        if application is not None:
+            encoded["a"] = index[application]
+        entries.append(encoded)
+    return entries
+
+
+def application_names(stack: Stack) -> list[str]:
+    """The applications in ``status.applications`` order: the KfDef's, then any other an object names."""
+    return list(dict.fromkeys([*stack.applications, *stack.application_of.values()]))
+
+
 def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float) -> JSON:
     """The KfDef status the stack calls for, as a whole (the writer sends only what differs)."""
     result = verdict(stack, live, health_timeout=health_timeout, now=now)
     status: JSON = {
         "conditions": result.apply_to(list(stack.status.get("conditions") or []), stack.generation),
-        "inventory": {"entries": [entry.encode(ref) for ref, entry in stack.inventory.items()]},
+        "inventory": {"entries": inventory_entries(stack)},
     }
     if not stack.deleting:
         status["observedGeneration"] = stack.generation
     if stack.applied:
         summary, rows = summary_of(stack, live)
-        failures = [{"object": str(c.ref), "message": cond.truncate(c.message, 512)}
+        failures = [{"object": str(c.ref), "message": cond.truncate(c.message, 512),
+                     **({"application": stack.application_of[c.ref]} if c.ref in stack.application_of else {})}
                     for c in stack.failed_changes()][: cond.MAX_FAILURES_LISTED]
         status.update(summary=summary, applications=rows, failures=failures, **stack.reported)
     return status
