@@ -376,10 +376,10 @@ def run_status(args: argparse.Namespace) -> int:
     return asyncio.run(_status(args, timeout, sys.stdout))
 
 
-def show(out: TextIO, stacks: list[StackStatus], output: str) -> None:
+def show(out: TextIO, stacks: list[StackStatus], output: str, *, named: bool) -> None:
+    """The trees, or as JSON: one document for a KfDef named, a list for a namespace's."""
     if output == "json":
-        out.write(json.dumps([as_json(s) for s in stacks] if len(stacks) > 1 else as_json(stacks[0]), indent=2)
-                  + "\n")
+        out.write(json.dumps(as_json(stacks[0]) if named else [as_json(s) for s in stacks], indent=2) + "\n")
     else:
         out.write("\n".join(render_tree(s) for s in stacks))
     out.flush()
@@ -396,7 +396,7 @@ async def _status(args: argparse.Namespace, timeout: float, out: TextIO) -> int:
             if text != shown:
                 if shown is not None and args.output == "tree":
                     out.write("\n")
-                show(out, stacks, args.output)
+                show(out, stacks, args.output, named=bool(args.name))
                 shown = text
             code = exit_code(stacks)
             if not args.watch or code == EXIT_OK or (deadline is not None and time.monotonic() >= deadline):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 from kfdef_operator.api.names import INSTANCE_ANNOTATION, INSTANCE_LABEL, RECONCILE_ANNOTATION
@@ -16,6 +17,7 @@ from kfdef_operator.cli.status import (
     exit_code,
     heals_by_object,
     render_tree,
+    show,
 )
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import InventoryEntry, Stack
@@ -191,3 +193,12 @@ def test_status_help_ends_with_the_exit_codes(capsys):
     assert main(["status", "--help"]) == 0
     out = capsys.readouterr().out
     assert "status: Ready" in out and "[-n NAMESPACE]" in out
+
+
+def test_json_is_one_document_for_a_named_kfdef_and_a_list_for_a_namespace():
+    stacks = [assess(Observed(kfdef(ready=True), live_all()))]
+    named, listed = io.StringIO(), io.StringIO()
+    show(named, stacks, "json", named=True)
+    show(listed, stacks, "json", named=False)
+    assert json.loads(named.getvalue())["name"] == "kf"
+    assert [d["name"] for d in json.loads(listed.getvalue())] == ["kf"]
