@@ -460,8 +460,9 @@ class Reconciler:
             raise Fail("SourceFailed", str(error), retry=True) from None
         try:
             await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
-            rendered = await self.work_pool.run(self.render_cache.render, body, kfdef, sources,
-                                                render_dir(self.settings.work_dir, *stack.key))
+            with metrics.RENDER_SECONDS.time():
+                rendered = await self.work_pool.run(self.render_cache.render, body, kfdef, sources,
+                                                    render_dir(self.settings.work_dir, *stack.key))
         except (RenderError, KustomizeError) as error:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
         await self.discovery.refresh_unless_served(_kinds_served_elsewhere(rendered))

@@ -150,6 +150,7 @@ class StatusWriter:
         self._events = events
         self._health_timeout = health_timeout
         self._lock = asyncio.Lock()
+        self._degraded_reason: str | None = None  # the reason exported in kfdef_degraded_reason
 
     async def update(self) -> bool:
         """Write what changed; False when the API server refused the write (it is retried with the next one)."""
@@ -183,16 +184,36 @@ class StatusWriter:
         for condition in self._stack.status.get("conditions") or []:
             metrics.CONDITION.labels(owner.namespace, owner.name, condition["type"]).set(
                 1.0 if condition["status"] == "True" else 0.0)
+        summary = self._stack.status.get("summary") or {}
+        for state in _COUNTS:
+            metrics.OBJECTS.labels(owner.namespace, owner.name, state).set(summary.get(state, 0))
+        degraded = _condition(self._stack.status, cond.DEGRADED) or {}
+        reason = degraded.get("reason", "") if degraded.get("status") == "True" else None
+        if reason != self._degraded_reason:
+            self._forget_degraded_reason()
+            if reason is not None:
+                metrics.DEGRADED_REASON.labels(owner.namespace, owner.name, reason).set(1.0)
+            self._degraded_reason = reason
+
+    def _forget_degraded_reason(self) -> None:
+        if self._degraded_reason is not None:
+            metrics.remove_series(metrics.DEGRADED_REASON, self._stack.owner.namespace, self._stack.owner.name,
+                    self._degraded_reason)
+            self._degraded_reason = None
 
     def forget(self) -> None:
         """The KfDef is gone: drop its metrics."""
         owner = self._stack.owner
         for condition_type in (cond.READY, cond.RECONCILING, cond.DEGRADED):
-            try:
-                metrics.CONDITION.remove(owner.namespace, owner.name, condition_type)
-            except KeyError:
-                pass
+            metrics.remove_series(metrics.CONDITION, owner.namespace, owner.name, condition_type)
+        for state in _COUNTS:
+            metrics.remove_series(metrics.OBJECTS, owner.namespace, owner.name, state)
+        self._forget_degraded_reason()
 
 
 def _ready(status: JSON) -> JSON | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == cond.READY), None)
+    return _condition(status, cond.READY)
+
+
+def _condition(status: JSON, type_: str) -> JSON | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)

@@ -62,6 +62,10 @@ def test_status_follows_a_stack_through_failed_unhealthy_ready_and_healed(operat
     not_ready = next(line for line in lines if f"… Deployment.apps {ns}/web: not ready" in line)
     healthy = next(line for line in lines if "✓ 1 healthy: 1 ConfigMap" in line)
     assert lines.index(failed) < lines.index(not_ready) < lines.index(healthy)
+    # What the alerts and the dashboard read (deploy/monitoring/).
+    exported = operator.metrics()
+    assert exported[f'kfdef_degraded_reason{{name="oncall",namespace="{ns}",reason="ApplyFailed"}}'] == 1
+    assert exported[f'kfdef_objects{{name="oncall",namespace="{ns}",state="failed"}}'] == 1
 
     # 2. Unhealthy: the Service fixed, the Deployment still unschedulable.
     write_package(repo, "web", _objects(ns, port=80, schedulable=False))
@@ -90,6 +94,9 @@ def test_status_follows_a_stack_through_failed_unhealthy_ready_and_healed(operat
     done = _status(control_plane, ns)
     assert done.returncode == 0, done.stdout
     assert done.stdout.splitlines()[-1] == "    └── ✓ 3 healthy: 1 ConfigMap, 1 Deployment, 1 Service", done.stdout
+    exported = operator.metrics()
+    assert exported[f'kfdef_objects{{name="oncall",namespace="{ns}",state="ready"}}'] == 3
+    assert not any(key.startswith("kfdef_degraded_reason{") and f'namespace="{ns}"' in key for key in exported)
 
     # 4. Healed: the ConfigMap deleted by hand comes back; status names how often it was healed.
     kube.delete("v1", "ConfigMap", "settings", ns)
