@@ -13,14 +13,16 @@ K8SBIN = $(shell tools/build-control-plane.sh --dir)
 RENDER_HELPER = $(shell tools/build-render-helper.sh --path)
 # The operator framework's bundle validators (tools/olm-validate), outside the repo.
 OLM_VALIDATE = $(shell tools/build-olm-validate.sh --path)
-RUN    = env KFDEF_K8SBIN=$(K8SBIN) KFDEF_RENDER_HELPER=$(RENDER_HELPER) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
+# Prometheus' promtool (tools/build-promtool.sh), for the monitoring rules' checks, outside the repo.
+PROMTOOL = $(shell tools/build-promtool.sh --path)
+RUN    = env KFDEF_K8SBIN=$(K8SBIN) KFDEF_RENDER_HELPER=$(RENDER_HELPER) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) KFDEF_PROMTOOL=$(PROMTOOL) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 # The suites and benchmarks that read the Kubeflow release archives run with KFDEF_STACKS_DIR set to them: found
 # ($KFDEF_STACKS_DIR, ../shared/stacks) or fetched once into a cache by kfdef_dev/stacks.py, before netns-run cuts
 # the network.
 test unit reliability-report bench bench-quick: RUN := $(PY) -m kfdef_dev stacks -- $(RUN)
 
-.PHONY: all venv control-plane lint check test reliability-report unit demo bench olm-bundle olm-validate crd-package-data image deploy undeploy clean
+.PHONY: all venv control-plane lint check test reliability-report unit demo bench olm-bundle olm-validate promtool crd-package-data image deploy undeploy clean
 
 all: test
 
@@ -42,7 +44,7 @@ demo: venv control-plane
 
 # The suite runs in a loopback-only network namespace (see tools/netns-run), after the static checks; the 20 slowest
 # tests are listed at the end.
-test: lint control-plane olm-validate
+test: lint control-plane olm-validate promtool
 	$(RUN) $(PY) -m pytest -ra --durations=20 $(PYTEST_ARGS)
 
 # The fast loop: the static checks and every test that needs no Go-built binary (which includes the control plane)
@@ -60,12 +62,16 @@ lint: venv
 reliability-report: lint control-plane olm-validate
 	$(RUN) env KFDEF_UPDATE_RELIABILITY_REPORT=1 $(PY) -m pytest -ra tests/reliability $(PYTEST_ARGS)
 
-unit: venv control-plane olm-validate
+unit: venv control-plane olm-validate promtool
 	$(RUN) $(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
 
 # Built before the suite: inside the network namespace there is no module proxy.
 olm-validate:
 	tools/build-olm-validate.sh >/dev/null
+
+# Built before the suite, like olm-validate: tests/unit/test_monitoring.py runs it.
+promtool:
+	tools/build-promtool.sh >/dev/null
 
 # The KfDef CRD shipped inside the package (the CLI validates KfDef files with it); tests/unit/test_crd_schema.py
 # fails while it differs from crds/.

@@ -23,6 +23,7 @@ from kfdef_operator.build.render import RenderError
 from kfdef_operator.cli.build import register_build
 from kfdef_operator.cli.diff import register_diff
 from kfdef_operator.cli.errors import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, BadInput, Failed
+from kfdef_operator.cli.status import register_status
 from kfdef_operator.cli.uninstall import register_uninstall
 from kfdef_operator.controller.preflight import ClusterError
 from kfdef_operator.controller.runner import register_run
@@ -31,7 +32,7 @@ from kfdef_operator.source.errors import SourceError
 Handler = Callable[[argparse.Namespace], int]
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [register_build, register_diff, register_run,
-                                                                   register_uninstall]
+                                                                   register_status, register_uninstall]
 
 
 class _Parser(argparse.ArgumentParser):

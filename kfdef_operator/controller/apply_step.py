@@ -97,6 +97,9 @@ class ApplyStep:
             raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",
                        retry=True)
         failures = stack.failed_changes()
+        if announce and stack.reported.get("warnings"):  # the generation in the message: one Event per generation
+            await self._events.record(stack.owner, "Normal", "RenderWarnings",
+                                      f"generation {stack.generation}: " + "; ".join(stack.reported["warnings"]))
         if upgraded and (changes.written or announce):
             await self._events.record(stack.owner, "Normal", "ApiVersionsUpgraded", upgraded)
         for change in changes:

@@ -24,6 +24,7 @@ from kfdef_operator.controller.failures import Fail
 from kfdef_operator.controller.housekeeping import source_user
 from kfdef_operator.controller.workpool import WorkPool
 from kfdef_operator.runtime import conditions as cond
+from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
@@ -76,17 +77,21 @@ class DesiredStateBuilder:
             raise Fail("SourceFailed", str(error), retry=True) from None
         try:
             await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
-            rendered = await self._work_pool.run(self.render_cache.render, body, kfdef, sources,
-                                                 render_dir(self._work_dir, *stack.key))
+            with metrics.RENDER_SECONDS.time():
+                rendered = await self._work_pool.run(self.render_cache.render, body, kfdef, sources,
+                                                     render_dir(self._work_dir, *stack.key))
         except (RenderError, KustomizeError) as error:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
         await self._discovery.refresh_unless_served(_kinds_served_elsewhere(rendered))
         desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
+        # Duplicates resolve as kfctl resolved them: a note, not a problem (Degraded means a person must act).
+        duplicates = ([f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"]
+                      if desired.duplicates else [])
         stack.reported.update(
             sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
             reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()],
-            warnings=[cond.truncate(f"application {app.name!r}: {warning}", 512)
-                      for app in rendered for warning in app.warnings][:cond.MAX_FAILURES_LISTED])
+            warnings=[*duplicates, *(cond.truncate(f"application {app.name!r}: {warning}", 512)
+                                     for app in rendered for warning in app.warnings)][:cond.MAX_FAILURES_LISTED])
         return desired, upgraded
 
     def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, str]:
@@ -105,9 +110,6 @@ class DesiredStateBuilder:
         stack.run_once = {ref for ref, obj in desired.objects.items() if is_run_once(obj)}
         stack.webhooks = webhooks_of(desired.objects.values())
         stack.rejected = desired.rejected
-        stack.problems.pop("render", None)
-        if desired.duplicates:
-            stack.problems["render"] = f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"
         stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
                                       "kinds": sorted({u.kind for u in upgraded.upgraded}),
                                       "notes": [cond.truncate(n, 256)

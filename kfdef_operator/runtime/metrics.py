@@ -27,8 +27,22 @@ HEAL_SECONDS = Histogram("kfdef_heal_latency_seconds", "From the event to the ob
                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 LEADER = Gauge("kfdef_leader", "1 while this replica holds its shard's leader lease (0: standby).", ["lease"])
 CONDITION = Gauge("kfdef_condition", "Condition status per KfDef (1 true, 0 false).", ["namespace", "name", "type"])
+DEGRADED_REASON = Gauge("kfdef_degraded_reason", "1 while a KfDef is Degraded, labelled with the reason (the series "
+                        "goes when the reason changes or Degraded clears).", ["namespace", "name", "reason"])
+OBJECTS = Gauge("kfdef_objects", "A KfDef's objects by state (total, applied, ready, failed), as in status.summary.",
+                ["namespace", "name", "state"])
+RENDER_SECONDS = Histogram("kfdef_render_duration_seconds", "Time to render a KfDef's applications (a render-cache "
+                           "hit included).", buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
 WORK_POOL_JOBS = Gauge("kfdef_work_pool_jobs", "Source fetches and renders on the work pool, by state (running, "
                        "waiting).", ["state"])
+
+
+def remove_series(gauge: Gauge, *labels: str) -> None:
+    """Drop one labelled series of ``gauge``, if it was ever set."""
+    try:
+        gauge.remove(*labels)
+    except KeyError:
+        pass
 
 
 class ApiRequests(Collector):

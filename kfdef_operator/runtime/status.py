@@ -77,9 +77,9 @@ def verdict(stack: Stack, live: LiveView, *, health_timeout: float, now: float) 
 
 def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
     """Counts for the whole stack and per application."""
-    counts: dict[str, dict[str, int]] = {name: dict.fromkeys(_COUNTS, 0) for name in stack.applications}
+    counts: dict[str, dict[str, int]] = {name: dict.fromkeys(_COUNTS, 0) for name in application_names(stack)}
     for ref, app in stack.application_of.items():
-        row = counts.setdefault(app, dict.fromkeys(_COUNTS, 0))
+        row = counts[app]
         row["total"] += 1
         change = stack.changes.get(ref)
         if change is not None and change.ok:
@@ -96,18 +96,38 @@ def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
     return summary, [{"name": name, **row} for name, row in counts.items()]
 
 
+def inventory_entries(stack: Stack) -> list[JSON]:
+    """``status.inventory.entries``; each object the current render holds also names its application (``a``: its
+    index in ``status.applications``), so that a reader of the status alone can show the stack as a tree."""
+    index = {name: position for position, name in enumerate(application_names(stack))}
+    entries = []
+    for ref, entry in stack.inventory.items():
+        encoded = entry.encode(ref)
+        application = stack.application_of.get(ref) if ref in stack.desired else None
+        if application is not None:
+            encoded["a"] = index[application]
+        entries.append(encoded)
+    return entries
+
+
+def application_names(stack: Stack) -> list[str]:
+    """The applications in ``status.applications`` order: the KfDef's, then any other an object names."""
+    return list(dict.fromkeys([*stack.applications, *stack.application_of.values()]))
+
+
 def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float) -> JSON:
     """The KfDef status the stack calls for, as a whole (the writer sends only what differs)."""
     result = verdict(stack, live, health_timeout=health_timeout, now=now)
     status: JSON = {
         "conditions": result.apply_to(list(stack.status.get("conditions") or []), stack.generation),
-        "inventory": {"entries": [entry.encode(ref) for ref, entry in stack.inventory.items()]},
+        "inventory": {"entries": inventory_entries(stack)},
     }
     if not stack.deleting:
         status["observedGeneration"] = stack.generation
     if stack.applied:
         summary, rows = summary_of(stack, live)
-        failures = [{"object": str(c.ref), "message": cond.truncate(c.message, 512)}
+        failures = [{"object": str(c.ref), "message": cond.truncate(c.message, 512),
+                     **({"application": stack.application_of[c.ref]} if c.ref in stack.application_of else {})}
                     for c in stack.failed_changes()][: cond.MAX_FAILURES_LISTED]
         status.update(summary=summary, applications=rows, failures=failures, **stack.reported)
     return status
@@ -130,6 +150,7 @@ class StatusWriter:
         self._events = events
         self._health_timeout = health_timeout
         self._lock = asyncio.Lock()
+        self._degraded_reason: str | None = None  # the reason exported in kfdef_degraded_reason
 
     async def update(self) -> bool:
         """Write what changed; False when the API server refused the write (it is retried with the next one)."""
@@ -163,16 +184,36 @@ class StatusWriter:
         for condition in self._stack.status.get("conditions") or []:
             metrics.CONDITION.labels(owner.namespace, owner.name, condition["type"]).set(
                 1.0 if condition["status"] == "True" else 0.0)
+        summary = self._stack.status.get("summary") or {}
+        for state in _COUNTS:
+            metrics.OBJECTS.labels(owner.namespace, owner.name, state).set(summary.get(state, 0))
+        degraded = _condition(self._stack.status, cond.DEGRADED) or {}
+        reason = degraded.get("reason", "") if degraded.get("status") == "True" else None
+        if reason != self._degraded_reason:
+            self._forget_degraded_reason()
+            if reason is not None:
+                metrics.DEGRADED_REASON.labels(owner.namespace, owner.name, reason).set(1.0)
+            self._degraded_reason = reason
+
+    def _forget_degraded_reason(self) -> None:
+        if self._degraded_reason is not None:
+            metrics.remove_series(metrics.DEGRADED_REASON, self._stack.owner.namespace, self._stack.owner.name,
+                    self._degraded_reason)
+            self._degraded_reason = None
 
     def forget(self) -> None:
         """The KfDef is gone: drop its metrics."""
         owner = self._stack.owner
         for condition_type in (cond.READY, cond.RECONCILING, cond.DEGRADED):
-            try:
-                metrics.CONDITION.remove(owner.namespace, owner.name, condition_type)
-            except KeyError:
-                pass
+            metrics.remove_series(metrics.CONDITION, owner.namespace, owner.name, condition_type)
+        for state in _COUNTS:
+            metrics.remove_series(metrics.OBJECTS, owner.namespace, owner.name, state)
+        self._forget_degraded_reason()
 
 
 def _ready(status: JSON) -> JSON | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == cond.READY), None)
+    return _condition(status, cond.READY)
+
+
+def _condition(status: JSON, type_: str) -> JSON | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
