@@ -8,23 +8,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
-
+source "$here/cached-go-build.sh"
 sum=$(cat "$here/promtool/go.mod" "$here/promtool/go.sum" | sha256sum | cut -c1-12)
-dir=${XDG_CACHE_HOME:-$HOME/.cache}/kfdef-operator/promtool-$sum
-bin=$dir/promtool
-
-if [[ ${1:-} == --path || -x $bin ]]; then echo "$bin"; exit 0; fi
-
-command -v go >/dev/null || { echo "error: go is not installed (need Go >= 1.26)" >&2; exit 1; }
-mkdir -p "$dir"
-# Build next to the destination and rename, so an interrupted build leaves no half-written binary.
-tmp=$(mktemp "$dir/.promtool-XXXXXX")
-trap 'rm -f "$tmp"' EXIT
-echo "[build-promtool] building $bin" >&2
 # remove_all_sd: no service-discovery plugins (rules need none; they would triple the build).
-(cd "$here/promtool" && go build -trimpath -tags remove_all_sd -ldflags "-s -w" -o "$tmp" \
-    github.com/prometheus/prometheus/cmd/promtool)
-mv "$tmp" "$bin"
-trap - EXIT
-echo "$bin"
+cached_go_build build-promtool "${XDG_CACHE_HOME:-$HOME/.cache}/kfdef-operator/promtool-$sum/promtool" \
+  "$here/promtool" "${1:-}" -tags remove_all_sd -ldflags "-s -w" github.com/prometheus/prometheus/cmd/promtool

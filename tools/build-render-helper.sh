@@ -12,20 +12,10 @@ set -euo pipefail
 KUSTOMIZE_VERSION=5.8.2   # the CLI release of the kustomize API in go.mod (tools/kustomize pins the same)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/cached-go-build.sh"
 src=$here/kfdef-render
-export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
 sum=$(cat "$src"/go.mod "$src"/go.sum "$src"/*.go | sha256sum | cut -c1-12)
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/kfdef-operator
-dest=${KFDEF_RENDER_HELPER:-$cache_root/kfdef-render-kustomize$KUSTOMIZE_VERSION-$sum/kfdef-render}
-
-if [[ ${1:-} == --path ]]; then echo "$dest"; exit 0; fi
-if [[ -x $dest ]]; then echo "$dest"; exit 0; fi
-
-command -v go >/dev/null || { echo "error: go is not installed (need Go >= 1.26)" >&2; exit 1; }
-mkdir -p "$(dirname "$dest")"
-tmp=$(mktemp -d "$(dirname "$dest")/.build-XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-echo "[build-render-helper] building kfdef-render on kustomize v$KUSTOMIZE_VERSION's API" >&2
-(cd "$src" && go build -trimpath -ldflags "-s -w -X main.kustomizeRelease=v$KUSTOMIZE_VERSION" -o "$tmp/kfdef-render" .)
-mv "$tmp/kfdef-render" "$dest"
-echo "$dest"
+cached_go_build build-render-helper \
+  "${KFDEF_RENDER_HELPER:-$cache_root/kfdef-render-kustomize$KUSTOMIZE_VERSION-$sum/kfdef-render}" "$src" "${1:-}" \
+  -ldflags "-s -w -X main.kustomizeRelease=v$KUSTOMIZE_VERSION" .
