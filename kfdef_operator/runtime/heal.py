@@ -17,6 +17,8 @@ Driven by the tracker's watch events (no polling):
 - Never healed: objects annotated ``kfdef.apps.kubeflow.org/reconcile:
   disabled``, run-once objects (Jobs with a TTL) that went away, and
   everything of a suspended or deleting KfDef.
+- A heal the API server refuses for the object's content is reported, not
+  retried (sending the same object again cannot help).
 - An object healed again and again (someone fights the operator) is backed
   off exponentially per object and named in the KfDef's Degraded condition
   until the fight has been over for a whole window.
@@ -45,7 +47,8 @@ from kfdef_operator.runtime.delay_queue import DelayQueue
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.ownership import opted_out
 from kfdef_operator.runtime.stack import Stack
-from kfdef_operator.ssa.changeset import Action, Change
+from kfdef_operator.ssa.apply import is_content_refusal
+from kfdef_operator.ssa.changeset import Action, Change, refusal
 from kfdef_operator.ssa.claims import Claim
 from kfdef_operator.ssa.client import KubeApiError
 from kfdef_operator.ssa.discovery import Resource
@@ -355,6 +358,12 @@ class Healer:
             # The parent Namespace or CRD is going away; its own heal brings this back.
             self._waiting_for_parent[stack.key].add(ref)
             log.debug("heal of %s waits for its parent: %s", ref, error.message)
+            return
+        if is_content_refusal(error):
+            # Sending the same object again cannot help: the next reconcile of a new generation, new sources or
+            # the resync sends it again.
+            log.warning("heal of %s of %s refused for its content: %s", ref, stack.owner, error)
+            stack.record_heal(refusal(ref, f"heal failed: {manager.describe(error)}"))
             return
         delay = exponential(request.failures, base=0.5, cap=MAX_RETRY_S)
         log.warning("heal of %s of %s failed, retrying in %.1fs: %s", ref, stack.owner, delay, error)
