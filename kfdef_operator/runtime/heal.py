@@ -54,7 +54,7 @@ from kfdef_operator.ssa.client import KubeApiError
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.drift import comparable, drifted
 from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.live import LiveObject, LiveView
+from kfdef_operator.ssa.live import LiveObject, LiveView, OwnWrites
 from kfdef_operator.ssa.manager import ResourceManager
 
 log = logging.getLogger(__name__)
@@ -95,12 +95,14 @@ class Healer:
     ``managers(stack)`` gives the resource manager acting with the stack's
     identity (None while it has none: nothing is healed then); ``stacks`` is the live registry of stacks by key;
     ``report(stack)`` is called after every heal result so that the stack's
-    status is refreshed.
+    status is refreshed; ``own_writes`` says which versions of objects the operator's own applies produced.
     """
 
     def __init__(self, managers: Callable[[Stack], ResourceManager | None], live: LiveView, events: EventRecorder,
-                 stacks: Mapping[tuple[str, str], Stack], report: Callable[[Stack], None]) -> None:
+                 stacks: Mapping[tuple[str, str], Stack], report: Callable[[Stack], None],
+                 own_writes: OwnWrites | None = None) -> None:
         self._managers = managers
+        self._own_writes = own_writes or OwnWrites()
         self._live = live
         self._events = events
         self._stacks = stacks
@@ -171,6 +173,10 @@ class Healer:
         if self._matched.get(ref) == (sync_key, stack.desired.version):
             # The same generation, labels and annotations as a version found in line with this desired state: a
             # status update (a new CRD's or Deployment's several, during the first apply), nothing to compare.
+            return
+        if self._own_writes.produced(ref, live.resource_version):
+            # The object as an apply of this operator's just left it (its answer had this version): in line.
+            self._matched[ref] = (sync_key, stack.desired.version)
             return
         desired = self._stamped(stack, ref, adopted=stack.owner.claim(live.meta) is Claim.ADOPTED)
         digest_changed = not stack.owner.unchanged(live.meta, desired)

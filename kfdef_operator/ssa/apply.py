@@ -38,6 +38,7 @@ from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
+from kfdef_operator.ssa.live import OwnWrites
 from kfdef_operator.ssa.lookup import Known, LiveLookup
 from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
 from kfdef_operator.ssa.waits import Waits
@@ -101,13 +102,16 @@ def is_content_refusal(error: KubeApiError) -> bool:
 
 
 class Applier:
-    """Applies objects through ``access``; ``owners`` reads whether an owner named by a stamp exists."""
+    """Applies objects through ``access``; ``owners`` reads whether an owner named by a stamp exists; the versions
+    its applies produce are noted in ``own_writes``."""
 
-    def __init__(self, access: ApiAccess, lookup: LiveLookup, waits: Waits, owners: KubeClient) -> None:
+    def __init__(self, access: ApiAccess, lookup: LiveLookup, waits: Waits, owners: KubeClient,
+                 own_writes: OwnWrites | None = None) -> None:
         self.access = access
         self.lookup = lookup
         self.waits = waits
         self.owners = owners
+        self.own_writes = own_writes
 
     async def apply_one(self, ownership: Ownership, obj: JSON, resource: Resource, live_meta: JSON | None,
                         options: ApplyOptions = ApplyOptions()) -> Change:
@@ -177,6 +181,13 @@ class Applier:
         is pruned against the schema the way the server prunes, and applied
         again.
         """
+        live, created, dropped = await self._apply_pruning(ref, desired, resource, field_manager, dry_run=dry_run)
+        if self.own_writes is not None and not dry_run:
+            self.own_writes.wrote(ref, live)
+        return live, created, dropped
+
+    async def _apply_pruning(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str, *,
+                             dry_run: bool) -> tuple[JSON, bool, list[str]]:
         kube = self.access.kube
         path = resource.path_of(ref)
         try:
