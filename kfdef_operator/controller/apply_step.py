@@ -87,7 +87,8 @@ class ApplyStep:
                 await writer.update()
 
         desired, upgraded = await self._builder.build(stack, kfdef, body, step)
-        settled = self._settled_refusals(stack, kfdef)  # before any write: the status still holds the last report
+        # Before the run's first write of the report: the status still holds the last one.
+        settled = self._settled_refusals(stack, announce=announce)
         if announce:  # written with the inventory of the objects about to be created: one write
             stack.step = ("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
         first_time = await self._record_intent(stack, desired)
@@ -126,14 +127,14 @@ class ApplyStep:
         return resync
 
     @staticmethod
-    def _settled_refusals(stack: Stack, kfdef: KfDef) -> dict[ObjectRef, str]:
+    def _settled_refusals(stack: Stack, *, announce: bool) -> dict[ObjectRef, str]:
         """The objects whose refusal for their content ``status.failures`` reports, when nothing that could change
-        the answer changed since: the same generation and source revisions, and no resync due (the first run since
-        a start is none). With the message reported, to report again."""
+        the answer changed since: no new generation (the run does not ``announce`` one, nor follow a failure), the
+        same source revisions, and no resync due (the first run since a start is none). With the message reported,
+        to report again."""
         status = stack.status
         resync_due = stack.resync_at is not None and time.monotonic() >= stack.resync_at
-        if (resync_due or status.get("observedGeneration") != kfdef.generation
-                or status.get("sources") != stack.reported.get("sources")):
+        if announce or resync_due or status.get("sources") != stack.reported.get("sources"):
             return {}
         desired = {str(ref): ref for ref in stack.desired}
         return {desired[failure["object"]]: failure["message"] for failure in status.get("failures") or []

@@ -1,10 +1,10 @@
-"""An object the API server refuses for its content is reported once, then left alone: nothing written at rest.
+"""An object the API server refuses for its content is reported once, then left alone until something changes.
 
 The stack holds its Namespace and a ConfigMap, which land, and two Services the API server refuses whatever happens
 around them: one with a port out of range (422 Invalid) and one with a port of the wrong type (500, "failed to
 create typed patch object"). Once the refusals are reported, neither the operator's retries nor a restart of the
 operator over the same state may write anything (the object sent again, status or an Event): kube-apiserver's audit
-log, on a control plane of this module's own, says what the operator sent.
+log, on a control plane of this module's own, says what the operator sent. A new generation sends them again.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def test_a_refused_object_is_reported_once_and_not_sent_again_at_rest(plane, kub
     ])
     stack = Stack(root, "", ns, "", [{"name": "app", "kustomizeConfig": {
         "repoRef": {"name": "manifests", "path": "app"}, "parameters": [{"name": "namespace", "value": ns}]}}])
+    kfdef = stack.kfdef("refused", kfdef_namespace)
     first = replicas.start(election=False)
-    kube.apply(stack.kfdef("refused", kfdef_namespace))
+    kube.apply(kfdef)
 
     failures = wait_for(lambda: (lambda f: f if len(f) == 2 else None)(_failures(kube, "refused", kfdef_namespace)),
                         timeout=90, what="both refusals reported")
@@ -74,3 +75,12 @@ def test_a_refused_object_is_reported_once_and_not_sent_again_at_rest(plane, kub
     after_restart = writes(plane, REPLICA_USERS, since=since)
     assert after_restart == [], f"writes after a restart over the same state: {after_restart}"
     assert _failures(kube, "refused", kfdef_namespace) == failures
+
+    # A new generation may change the answer: both refused objects are sent again.
+    since = time.time()
+    kube.apply({**kfdef, "spec": {**kfdef["spec"], "force": True}})
+
+    def resent() -> bool:
+        sent = {w.name for w in writes(plane, REPLICA_USERS, since=since) if w.resource == "services"}
+        return sent == {"bad-port", "bad-type"}
+    wait_for(resent, timeout=60, what="the refused Services sent again for the new generation")
