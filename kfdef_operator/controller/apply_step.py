@@ -4,11 +4,17 @@
 the identity settled, the desired state built (:class:`DesiredStateBuilder`), the intent recorded in the inventory,
 the staged apply and the prune of that identity's :class:`ResourceManager`, the results reported as status and
 Events. It answers when the next run is due: a retry backoff after failures, the resync interval after success.
+
+An object the API server refused for its content is reported once (status and one Event) and then left alone:
+runs that nothing could have changed its answer for (the same generation and source revisions as the report in
+``status.failures``, no resync due) do not send it again, and do not back off for it. The report is read from the
+KfDef's status, so a restart over the same state sends and writes nothing either.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from kfdef_operator.api.kfdef import InvalidKfDef, KfDef, parse_kfdef
 from kfdef_operator.api.names import SUSPEND_ANNOTATION
@@ -28,7 +34,7 @@ from kfdef_operator.runtime.identity import Identities, StackIdentity
 from kfdef_operator.runtime.stack import InventoryEntry, Stack
 from kfdef_operator.runtime.tracker import Tracker
 from kfdef_operator.ssa.apply import FORGED_STAMP_NOTE, ApplyOptions
-from kfdef_operator.ssa.changeset import Action, ChangeSet
+from kfdef_operator.ssa.changeset import REFUSED_NOTE, Action, ChangeSet
 from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef, version_of
@@ -81,18 +87,21 @@ class ApplyStep:
                 await writer.update()
 
         desired, upgraded = await self._builder.build(stack, kfdef, body, step)
+        # Before the run's first write of the report: the status still holds the last one.
+        settled = self._settled_refusals(stack, announce=announce)
         if announce:  # written with the inventory of the objects about to be created: one write
             stack.step = ("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
         first_time = await self._record_intent(stack, desired)
         if announce and not first_time:
             await writer.update()
-        changes = await self._apply(stack, kfdef, desired, manager, first_time)
+        changes = await self._apply(stack, kfdef, desired, manager, first_time, settled)
         await self._prune(stack, manager)
         stack.record_apply(changes)
         if not announce:  # a resync: also catch drift that no watch event showed
             await self._tracker.resync(stack.owner.label, self._registry.targets([stack]))
         self._healer.applied(stack)
         self._refresher.refresh_after(self._health_timeout + 1, stack.key)
+        reported = stack.status.get("failures")
         if not await writer.update():
             raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",
                        retry=True)
@@ -100,21 +109,39 @@ class ApplyStep:
         if announce and stack.reported.get("warnings"):  # the generation in the message: one Event per generation
             await self._events.record(stack.owner, "Normal", "RenderWarnings",
                                       f"generation {stack.generation}: " + "; ".join(stack.reported["warnings"]))
+        # Refusals for content only, and the same as reported before: nothing to tell, nothing a retry can change.
+        settled_only = all(change.refused for change in failures) and stack.status.get("failures") == reported
         if upgraded and (changes.written or announce):
             await self._events.record(stack.owner, "Normal", "ApiVersionsUpgraded", upgraded)
         for change in changes:
             if change.action is Action.ADOPTED and change.message.startswith(FORGED_STAMP_NOTE):
                 await self._events.record(stack.owner, "Warning", "AdoptedUnclaimed",
                                           f"{change.ref}: {change.message}")
-        if changes.written or failures:
+        if changes.written or (failures and not settled_only):
             level = "Warning" if failures else "Normal"
             await self._events.record(stack.owner, level, "ApplyFailed" if failures else "Applied",
                                       f"{changes.summary()}"
                                       + (f"; {cond.failure_summary(failures)}" if failures else ""))
-        if failures:
+        if not all(change.refused for change in failures):
             return self._registry.retry_delay(stack.key, base=10.0)
         self._registry.reset_retries(stack.key)
-        return jittered(kfdef.interval or self._interval, 0.1)
+        resync = jittered(kfdef.interval or self._interval, 0.1)
+        stack.resync_at = time.monotonic() + resync
+        return resync
+
+    @staticmethod
+    def _settled_refusals(stack: Stack, *, announce: bool) -> dict[ObjectRef, str]:
+        """The objects whose refusal for their content ``status.failures`` reports, when nothing that could change
+        the answer changed since: no new generation (the run does not ``announce`` one, nor follow a failure), the
+        same source revisions, and no resync due (the first run since a start is none). With the message reported,
+        to report again."""
+        status = stack.status
+        resync_due = stack.resync_at is not None and time.monotonic() >= stack.resync_at
+        if announce or resync_due or status.get("sources") != stack.reported.get("sources"):
+            return {}
+        desired = {str(ref): ref for ref in stack.desired}
+        return {desired[failure["object"]]: failure["message"] for failure in status.get("failures") or []
+                if failure.get("object") in desired and str(failure.get("message", "")).startswith(REFUSED_NOTE)}
 
     async def _settle_identity(self, stack: Stack, service_account: str) -> StackIdentity:
         """Who the stack acts as from now on; :class:`Fail` when that ServiceAccount does not exist."""
@@ -145,12 +172,12 @@ class ApplyStep:
         return new
 
     async def _apply(self, stack: Stack, kfdef: KfDef, desired: DesiredState, manager: ResourceManager,
-                     first_time: set[ObjectRef]) -> ChangeSet:
+                     first_time: set[ObjectRef], settled: dict[ObjectRef, str]) -> ChangeSet:
         # Run-once objects applied before with this very content are not created again once gone.
         keep_absent = kept_absent(stack.owner, desired, {ref: entry.run_once for ref, entry in stack.inventory.items()})
         await self._tracker.watch(self._registry.targets([stack]))
         changes = await manager.apply_all(stack.owner, desired.served, desired.not_served_yet,
-                                          ApplyOptions(force=kfdef.force, keep_absent=keep_absent))
+                                          ApplyOptions(force=kfdef.force, keep_absent=keep_absent, settled=settled))
         for change in changes:
             if change.action.wrote:
                 metrics.OBJECTS_APPLIED.labels(change.action.value).inc()
@@ -166,8 +193,10 @@ class ApplyStep:
         for change in changes:
             # Never ours, so never in our inventory: another owner's, or refused the first time it was applied
             # (an identity that may not even read it could not delete it either). A CRD that was created but
-            # never became Established failed with its live copy: it stays.
-            first_refusal = change.action is Action.FAILED and change.live is None and change.ref in first_time
+            # never became Established failed with its live copy: it stays. So does an object refused for its
+            # content (it reads as gone): its entry is not written again each time it is sent and refused.
+            first_refusal = (change.action is Action.FAILED and change.live is None and change.ref in first_time
+                             and not change.refused)
             if change.action is Action.CONFLICT or first_refusal:
                 stack.inventory.pop(change.ref, None)
         return changes

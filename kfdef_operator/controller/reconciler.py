@@ -61,7 +61,7 @@ from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.live import LiveObject
+from kfdef_operator.ssa.live import LiveObject, OwnWrites
 from kfdef_operator.ssa.manager import ResourceManager
 
 log = logging.getLogger(__name__)
@@ -95,13 +95,16 @@ class Reconciler:
         self.settings = settings
         self.discovery = Discovery(kube)
         self.tracker = Tracker(kube, self._on_object_event)
+        own_writes = OwnWrites()  # what the applies wrote, so that the healer need not compare its watch events
         self.identities = Identities(kube, self.discovery, self.tracker, concurrency=settings.concurrency,
-                                     default_service_account=settings.default_service_account)
+                                     default_service_account=settings.default_service_account,
+                                     own_writes=own_writes)
         self.events = EventRecorder(kube)
         self.registry = StackRegistry(kube, self.tracker, self.events, health_timeout=settings.health_timeout,
                                       scoped=bool(settings.namespaces))
         self.refresher = StatusRefresher(self.registry, self.leading)
-        self.healer = Healer(self.manager_for, self.tracker, self.events, self.registry.stacks, self.refresh)
+        self.healer = Healer(self.manager_for, self.tracker, self.events, self.registry.stacks, self.refresh,
+                             own_writes)
         self._gate = gate
         self.queue = WorkQueue(self._work, gate=gate, standby=self._prepare if gate is not None else None)
         self._verified: set[Key] = set()  # KfDefs read afresh since this replica began leading

@@ -17,6 +17,8 @@ Driven by the tracker's watch events (no polling):
 - Never healed: objects annotated ``kfdef.apps.kubeflow.org/reconcile:
   disabled``, run-once objects (Jobs with a TTL) that went away, and
   everything of a suspended or deleting KfDef.
+- A heal the API server refuses for the object's content is reported, not
+  retried (sending the same object again cannot help).
 - An object healed again and again (someone fights the operator) is backed
   off exponentially per object and named in the KfDef's Degraded condition
   until the fight has been over for a whole window.
@@ -45,13 +47,14 @@ from kfdef_operator.runtime.delay_queue import DelayQueue
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.ownership import opted_out
 from kfdef_operator.runtime.stack import Stack
-from kfdef_operator.ssa.changeset import Action, Change
+from kfdef_operator.ssa.apply import is_content_refusal
+from kfdef_operator.ssa.changeset import Action, Change, refusal
 from kfdef_operator.ssa.claims import Claim
 from kfdef_operator.ssa.client import KubeApiError
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.drift import comparable, drifted
 from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.live import LiveObject, LiveView
+from kfdef_operator.ssa.live import LiveObject, LiveView, OwnWrites
 from kfdef_operator.ssa.manager import ResourceManager
 
 log = logging.getLogger(__name__)
@@ -92,12 +95,14 @@ class Healer:
     ``managers(stack)`` gives the resource manager acting with the stack's
     identity (None while it has none: nothing is healed then); ``stacks`` is the live registry of stacks by key;
     ``report(stack)`` is called after every heal result so that the stack's
-    status is refreshed.
+    status is refreshed; ``own_writes`` says which versions of objects the operator's own applies produced.
     """
 
     def __init__(self, managers: Callable[[Stack], ResourceManager | None], live: LiveView, events: EventRecorder,
-                 stacks: Mapping[tuple[str, str], Stack], report: Callable[[Stack], None]) -> None:
+                 stacks: Mapping[tuple[str, str], Stack], report: Callable[[Stack], None],
+                 own_writes: OwnWrites | None = None) -> None:
         self._managers = managers
+        self._own_writes = own_writes or OwnWrites()
         self._live = live
         self._events = events
         self._stacks = stacks
@@ -168,6 +173,10 @@ class Healer:
         if self._matched.get(ref) == (sync_key, stack.desired.version):
             # The same generation, labels and annotations as a version found in line with this desired state: a
             # status update (a new CRD's or Deployment's several, during the first apply), nothing to compare.
+            return
+        if self._own_writes.produced(ref, live.resource_version):
+            # The object as an apply of this operator's just left it (its answer had this version): in line.
+            self._matched[ref] = (sync_key, stack.desired.version)
             return
         desired = self._stamped(stack, ref, adopted=stack.owner.claim(live.meta) is Claim.ADOPTED)
         digest_changed = not stack.owner.unchanged(live.meta, desired)
@@ -355,6 +364,12 @@ class Healer:
             # The parent Namespace or CRD is going away; its own heal brings this back.
             self._waiting_for_parent[stack.key].add(ref)
             log.debug("heal of %s waits for its parent: %s", ref, error.message)
+            return
+        if is_content_refusal(error):
+            # Sending the same object again cannot help: the next reconcile of a new generation, new sources or
+            # the resync sends it again.
+            log.warning("heal of %s of %s refused for its content: %s", ref, stack.owner, error)
+            stack.record_heal(refusal(ref, f"heal failed: {manager.describe(error)}"))
             return
         delay = exponential(request.failures, base=0.5, cap=MAX_RETRY_S)
         log.warning("heal of %s of %s failed, retrying in %.1fs: %s", ref, stack.owner, delay, error)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, service_account_user
 from kfdef_operator.ssa.discovery import Discovery
-from kfdef_operator.ssa.live import LiveView
+from kfdef_operator.ssa.live import LiveView, OwnWrites
 from kfdef_operator.ssa.manager import ResourceManager
 
 
@@ -68,10 +68,12 @@ class Identities:
     """One :class:`ResourceManager` per identity stacks act as, all on the operator's connection pool."""
 
     def __init__(self, kube: KubeClient, discovery: Discovery, live: LiveView, *, concurrency: int,
-                 default_service_account: str = "") -> None:
+                 default_service_account: str = "", own_writes: OwnWrites | None = None) -> None:
+        """``own_writes``: told by every manager the version its applies leave an object at."""
         self._kube = kube
         self._discovery = discovery
         self._live = live
+        self._own_writes = own_writes
         self._concurrency = concurrency
         self._default = default_service_account
         self._managers: dict[StackIdentity, ResourceManager] = {}
@@ -88,7 +90,7 @@ class Identities:
             manager = ResourceManager(self._kube.impersonating(identity.user), self._discovery, self._live,
                                       concurrency=self._concurrency,
                                       explain_forbidden=lambda error: explain_forbidden(identity, error),
-                                      owners=self._kube)
+                                      owners=self._kube, own_writes=self._own_writes)
             self._managers[identity] = manager
         return manager
 

@@ -126,6 +126,9 @@ class Stack:
     rejected: list[Change] = field(default_factory=list)                # never sent: unserved, out of scope
     problems: dict[str, str] = field(default_factory=dict)              # need a person; keyed by cause
     applied_at: float = 0.0
+    #: When (monotonic) the resync that the last run scheduled is due; None before the first run since a start.
+    #: From then on, objects refused for their content are sent again.
+    resync_at: float | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
     #: Who the stack's requests act as, settled at the start of every reconcile and teardown (None before).

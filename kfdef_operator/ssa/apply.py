@@ -16,7 +16,10 @@
   stay with whoever set them);
 - an apply refused because an immutable field changed is retried as delete and
   re-create only for objects the owner created, and only for kinds that hold
-  no data unless :attr:`ApplyOptions.force` says otherwise; else reported.
+  no data unless :attr:`ApplyOptions.force` says otherwise; else reported;
+- an object refused for its content (:func:`is_content_refusal`) is reported
+  as such (:func:`~kfdef_operator.ssa.changeset.refusal`), and one whose
+  refusal was reported already (:attr:`ApplyOptions.settled`) is not sent again.
 
 It also owns the create-only write of a heal (:meth:`Applier.create`) and the :class:`ApplyOptions`.
 """
@@ -30,11 +33,12 @@ from dataclasses import dataclass, field
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import ordering
 from kfdef_operator.ssa.access import CRD_PATH, MERGE_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body
-from kfdef_operator.ssa.changeset import Action, Change
+from kfdef_operator.ssa.changeset import Action, Change, refusal
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
+from kfdef_operator.ssa.live import OwnWrites
 from kfdef_operator.ssa.lookup import Known, LiveLookup
 from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
 from kfdef_operator.ssa.waits import Waits
@@ -67,6 +71,9 @@ class ApplyOptions:
     #: says they are unchanged, so that drift shows), nothing is deleted or re-created, CRDs are not waited for,
     #: and custom resources of CRDs not installed yet are reported as created without being checked.
     dry_run: bool = False
+    #: Objects whose refusal for their content was reported already and that nothing could have changed since,
+    #: with the message reported: reported failed again, not sent.
+    settled: Mapping[ObjectRef, str] = field(default_factory=dict)
 
 
 def is_immutable_error(error: KubeApiError) -> bool:
@@ -74,19 +81,44 @@ def is_immutable_error(error: KubeApiError) -> bool:
     return error.status in (409, 422) and ("immutable" in text or "cannot change" in text or "may not change" in text)
 
 
-class Applier:
-    """Applies objects through ``access``; ``owners`` reads whether an owner named by a stamp exists."""
+#: A 500 that is no trouble of the server's: server-side apply cannot build a typed patch from the object (a value
+#: of the wrong type for a known field).
+TYPED_PATCH_REFUSAL = "failed to create typed patch object"
+#: How a refusal by an admission webhook or a ValidatingAdmissionPolicy reads: a policy, which may change.
+_POLICY_DENIALS = ("denied the request", "denied request")
 
-    def __init__(self, access: ApiAccess, lookup: LiveLookup, waits: Waits, owners: KubeClient) -> None:
+
+def is_content_refusal(error: KubeApiError) -> bool:
+    """Whether the API server refused an object for what it holds, so that sending it again unchanged cannot help.
+
+    Invalid (422), malformed or too large (400, 413), or a value of the wrong type for a known field (the 500
+    :data:`TYPED_PATCH_REFUSAL`). Not a denial by admission policy (the policy may change), and none of the answers
+    that depend on something besides the object: a conflict (409), throttling (429), the identity's permissions
+    (401, 403), a missing namespace (404), a timeout or any other server error (a webhook that cannot be called).
+    """
+    if error.status == 500:
+        return TYPED_PATCH_REFUSAL in error.message
+    return error.status in (400, 413, 422) and not any(denial in error.message for denial in _POLICY_DENIALS)
+
+
+class Applier:
+    """Applies objects through ``access``; ``owners`` reads whether an owner named by a stamp exists; the versions
+    its applies produce are noted in ``own_writes``."""
+
+    def __init__(self, access: ApiAccess, lookup: LiveLookup, waits: Waits, owners: KubeClient,
+                 own_writes: OwnWrites | None = None) -> None:
         self.access = access
         self.lookup = lookup
         self.waits = waits
         self.owners = owners
+        self.own_writes = own_writes
 
     async def apply_one(self, ownership: Ownership, obj: JSON, resource: Resource, live_meta: JSON | None,
                         options: ApplyOptions = ApplyOptions()) -> Change:
         """Apply one normalised object given what is known of its live copy (None: absent)."""
         ref = ref_of(obj)
+        if ref in options.settled:
+            return Change(ref, Action.FAILED, options.settled[ref])
         claim = ownership.claim(live_meta)
         unclaimed_note = ""
         if claim is Claim.FOREIGN:
@@ -118,6 +150,8 @@ class Applier:
         except KubeApiError as error:
             if is_immutable_error(error):
                 return await self._recreate(ownership, ref, stamped, resource, claim, live_meta, options, error)
+            if is_content_refusal(error):
+                return refusal(ref, self.access.describe(error))
             return Change(ref, Action.FAILED, self.access.describe(error))
         action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
         note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
@@ -147,6 +181,13 @@ class Applier:
         is pruned against the schema the way the server prunes, and applied
         again.
         """
+        live, created, dropped = await self._apply_pruning(ref, desired, resource, field_manager, dry_run=dry_run)
+        if self.own_writes is not None and not dry_run:
+            self.own_writes.wrote(ref, live)
+        return live, created, dropped
+
+    async def _apply_pruning(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str, *,
+                             dry_run: bool) -> tuple[JSON, bool, list[str]]:
         kube = self.access.kube
         path = resource.path_of(ref)
         try:
@@ -203,11 +244,11 @@ class Applier:
         # The server's first line says which field; the rest is a diff of the whole spec.
         refused = f"{error.status} {error.reason}: {error.message.splitlines()[0]}; an immutable field changed"
         if claim is not Claim.OURS:
-            return Change(ref, Action.FAILED, f"{refused}, and the object existed before this stack: it is never "
-                                              "deleted or re-created by the operator; change it by hand")
+            return refusal(ref, f"{refused}, and the object existed before this stack: it is never deleted or "
+                                "re-created by the operator; change it by hand")
         if ref.kind not in STATELESS_KINDS and not options.force:
-            return Change(ref, Action.FAILED, f"{refused}; {ref.kind} may hold data and is re-created only when the "
-                                              "owner sets spec.force: true (or delete it by hand)")
+            return refusal(ref, f"{refused}; {ref.kind} may hold data and is re-created only when the owner sets "
+                                "spec.force: true (or delete it by hand)")
         if options.dry_run:
             return Change(ref, Action.CREATED, "would be deleted and re-created: an immutable field changed")
         path = resource.path_of(ref)

@@ -14,6 +14,10 @@ from kfdef_operator.ssa.inventory import ObjectRef
 #: Told (stage, objects done, objects in all) as an apply or a teardown goes.
 Progress = Callable[[str, int, int], Awaitable[None]]
 
+REFUSED_NOTE = "refused for its content; sent again at the next resync or when the KfDef or its sources change"
+"""Starts the message of an object the API server refused for what it holds (:func:`refusal`). The KfDef's
+``status.failures`` keeps the message, so that a run (after a restart too) knows the refusal was reported already."""
+
 
 class Action(enum.Enum):
     """What happened to one object."""
@@ -60,6 +64,16 @@ class Change:
     @property
     def ok(self) -> bool:
         return self.action.applied
+
+    @property
+    def refused(self) -> bool:
+        """The API server refused the object for its content: sending it unchanged again cannot help."""
+        return self.action is Action.FAILED and self.message.startswith(REFUSED_NOTE)
+
+
+def refusal(ref: ObjectRef, why: str) -> Change:
+    """The failure of an object the API server refused for its content (``why``: the server's answer)."""
+    return Change(ref, Action.FAILED, f"{REFUSED_NOTE}: {why}")
 
 
 @dataclass

@@ -52,7 +52,7 @@ def _quantity(value: Any) -> Decimal | None:
         return None
 
 
-def _scalar_equal(want: Any, have: Any, path: tuple[str, ...]) -> bool:
+def _scalar_equal(want: Any, have: Any, quantity: bool) -> bool:
     if want == have:
         return True
     if not (isinstance(want, (int, float, str)) and isinstance(have, (int, float, str))):
@@ -60,31 +60,35 @@ def _scalar_equal(want: Any, have: Any, path: tuple[str, ...]) -> bool:
     # int-or-string: "8080" vs 8080, 1 vs "1".
     if str(want) == str(have):
         return True
-    if len(path) >= 2 and path[-2] in _QUANTITY_MAPS:
-        quantity = _quantity(want)
-        return quantity is not None and quantity == _quantity(have)
+    if quantity:
+        value = _quantity(want)
+        return value is not None and value == _quantity(have)
     return False
 
 
-def is_subset(want: Any, have: Any, path: tuple[str, ...] = ()) -> bool:
+def is_subset(want: Any, have: Any, key: str = "", quantity: bool = False) -> bool:
     """Every value in ``want`` is present and equal in ``have`` (lists position by position).
 
-    ``path`` holds the keys leading to ``want``: resource quantities are compared by value.
+    ``key`` is the key ``want`` sits under, ``quantity`` whether it is a value of a map of resource quantities
+    (compared by value). Only these go down the tree, never the path of keys: a path built at every node of a
+    CRD's schema (thousands) was most of the comparison's cost.
     """
     if isinstance(want, dict):
         if not isinstance(have, dict):
             return _empty(want) and _empty(have)
+        quantities = key in _QUANTITY_MAPS
         return all(
-            is_subset(value, have.get(key), (*path, key)) if key in have else _omitted(value)
-            for key, value in want.items()
+            is_subset(value, have.get(child), child, quantities) if child in have else _omitted(value)
+            for child, value in want.items()
         )
     if isinstance(want, list):
         if not isinstance(have, list):
             return _empty(want) and _empty(have)
-        return len(want) == len(have) and all(is_subset(w, h, path) for w, h in zip(want, have, strict=True))
+        return len(want) == len(have) and all(is_subset(w, h, key, quantity)
+                                              for w, h in zip(want, have, strict=True))
     if want is None:
         return have is None or _empty(have)
-    return _scalar_equal(want, have, path)
+    return _scalar_equal(want, have, quantity)
 
 
 def drifted(desired: JSON, live: JSON) -> bool:

@@ -2,7 +2,8 @@
 
 A watch-fed cache (the runtime's tracker) implements :class:`LiveView`; the
 manager then reads ownership stamps, digests and health from memory instead of
-listing. Without one, everything is looked up.
+listing. Without one, everything is looked up. :class:`OwnWrites` tells which
+versions of objects the manager's own writes produced.
 """
 
 from __future__ import annotations
@@ -40,6 +41,33 @@ def summarize(obj: JSON, *, labels: Iterable[str], annotations: Iterable[str]) -
               "annotations": {k: live_annotations[k] for k in annotations if k in live_annotations}},
         health=health.assess(obj),
     )
+
+
+class OwnWrites:
+    """The resourceVersion at which this operator's last write of each object left it, until its watch event.
+
+    The event carrying that version shows the object exactly as the write's answer did: nothing anyone else
+    changed, so nothing for the healer to compare (a release's first apply brings one such event per object, and
+    comparing a CRD's schema costs milliseconds). Any other version of the object is someone else's change, or a
+    status update of the server's, and is compared as before.
+    """
+
+    def __init__(self) -> None:
+        self._versions: dict[ObjectRef, str] = {}
+
+    def wrote(self, ref: ObjectRef, answer: JSON) -> None:
+        """``answer`` is the API server's answer to a write of ``ref`` (not a dry run) by this operator."""
+        version = (answer.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self._versions[ref] = version
+
+    def produced(self, ref: ObjectRef, resource_version: str) -> bool:
+        """Whether ``resource_version`` is the one this operator's last write of ``ref`` produced. Asked for the
+        event carrying it, so the answer is given once and then forgotten."""
+        if not resource_version or self._versions.get(ref) != resource_version:
+            return False
+        del self._versions[ref]
+        return True
 
 
 class LiveView(Protocol):

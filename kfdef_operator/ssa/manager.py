@@ -31,7 +31,7 @@ from kfdef_operator.ssa.claims import Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.discovery import Discovery, Resource
 from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.live import LiveView
+from kfdef_operator.ssa.live import LiveView, OwnWrites
 from kfdef_operator.ssa.lookup import Known, LiveLookup
 from kfdef_operator.ssa.staged import StagedApply
 from kfdef_operator.ssa.teardown import Removal, TeardownResult
@@ -41,20 +41,21 @@ from kfdef_operator.ssa.waits import Waits
 class ResourceManager:
     """Applies, prunes and tears down objects through one client; ``live`` serves lookups from a watch cache.
 
-    ``owners`` reads whether an owner named by a stamp exists (the operator's own view; ``kube`` by default).
+    ``owners`` reads whether an owner named by a stamp exists (the operator's own view; ``kube`` by default);
+    ``own_writes`` is told the version each apply leaves an object at.
     """
 
     def __init__(self, kube: KubeClient, discovery: Discovery, live: LiveView | None = None, *,
                  concurrency: int = 24, crd_timeout: float = 120.0,
                  explain_forbidden: Callable[[KubeApiError], str] | None = None,
-                 owners: KubeClient | None = None) -> None:
+                 owners: KubeClient | None = None, own_writes: OwnWrites | None = None) -> None:
         self.kube = kube
         self.discovery = discovery
         self.concurrency = concurrency
         self._access = ApiAccess(kube, discovery, live, concurrency, explain_forbidden)
         self._lookup = LiveLookup(self._access)
         self._waits = Waits(self._access, crd_timeout)
-        self._applier = Applier(self._access, self._lookup, self._waits, owners or kube)
+        self._applier = Applier(self._access, self._lookup, self._waits, owners or kube, own_writes)
         self._staged = StagedApply(self._applier, self._lookup, self._waits, discovery)
         self._removal = Removal(self._access, self._waits)
 

@@ -13,7 +13,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from kfdef_dev.controlplane import ControlPlane
+from tests.cluster.conftest import CRD_FILE
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
 from tests.reliability.support import OPERATOR_ENV
@@ -70,6 +73,36 @@ class Replicas:
     def stop_all(self) -> None:
         for process in self.started:
             process.stop()
+
+
+# --- fixtures of a module whose tests run replicas on a plane of its own ----------------------------------------
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    """A control plane of the module's own (:func:`replica_plane`)."""
+    started = replica_plane()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(plane: ControlPlane) -> Iterator[Kube]:
+    """The admin client of the module's plane, the KfDef CRD installed; the shared fixtures (``kfdef_namespace``)
+    use it there."""
+    admin = Kube(plane.kubeconfig)
+    admin.apply_yaml(CRD_FILE.read_text())
+    admin.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", "kfdefs.kfdef.apps.kubeflow.org",
+                         "Established")
+    yield admin
+    admin.close()
+
+
+@pytest.fixture
+def replicas(plane: ControlPlane, tmp_path: Path) -> Iterator[Replicas]:
+    """Replicas of the test, each stopped at its end."""
+    started = Replicas(plane, tmp_path / "replicas")
+    yield started
+    started.stop_all()
 
 
 def holder(kube: Kube, lease: str = "kfdef-operator-leader-election") -> str:

@@ -12,21 +12,22 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from kfdef_operator.api.names import SHARD_LABEL
-from tests.cluster.conftest import CRD_FILE, KFDEF_API
+from tests.cluster.conftest import KFDEF_API
 from tests.cluster.test_reconciler import stack_objects
 from tests.kube import Kube, wait_for
-from tests.reliability.replicas import (
+from tests.reliability.replicas import (  # noqa: F401 (kube, plane and replicas are fixtures)
     LEASE_DURATION_S,
     Replicas,
     holder,
+    kube,
     landed,
+    plane,
     plural,
-    replica_plane,
+    replicas,
     stack_writes,
     wait_leader,
     writers_in_turn,
@@ -39,31 +40,6 @@ pytestmark = pytest.mark.cluster
 SEED = int(os.environ.get("KFDEF_RELIABILITY_SEED", "90210"))
 KILLS = 3
 PREPARED = "prepared as a standby"
-
-
-@pytest.fixture(scope="module")
-def plane():
-    started = replica_plane()
-    yield started
-    started.stop()
-
-
-@pytest.fixture(scope="module")
-def kube(plane) -> Iterator[Kube]:
-    """The admin client of this module's plane; the shared fixtures (``kfdef_namespace``) use it here."""
-    admin = Kube(plane.kubeconfig)
-    admin.apply_yaml(CRD_FILE.read_text())
-    admin.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", "kfdefs.kfdef.apps.kubeflow.org",
-                         "Established")
-    yield admin
-    admin.close()
-
-
-@pytest.fixture
-def replicas(plane, tmp_path) -> Iterator[Replicas]:
-    started = Replicas(plane, tmp_path / "replicas")
-    yield started
-    started.stop_all()
 
 
 def prepared(process, timeout: float = 60) -> None:
