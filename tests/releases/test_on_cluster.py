@@ -18,7 +18,8 @@ from its release archive as a ``file:`` URI, one after the other on one control 
 The releases share the control plane only because the teardown proves the cluster back to its snapshot: the second
 release starts only once the cluster is the same as before the first (else it errors, naming what is left over).
 The idle window is a minute, not the benchmark's five (``bench/``): a write loop of the operator shows within
-seconds, and its heals' fight backoff reaches a minute only after a minute of fighting (``runtime/heal.py``).
+seconds, and the heal's fight backoff never spaces a loop's writes more than 32 s apart
+(``tests/unit/test_heal_backoff.py``).
 
 The KfDef lives in a namespace of its own, created before the snapshot, so that the stack's own namespaces
 (``kubeflow`` included) are created and deleted by the stack. Storage is simulated: PersistentVolumes created after
