@@ -22,6 +22,8 @@ from tests.stacks import write_package
 pytestmark = pytest.mark.cluster
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
+#: Only a window shows an absence: a loop's writes are never more than 32 s apart (the heal's fight backoff, pinned in
+#: tests/unit/test_heal_backoff.py), so a minute at rest sees at least one of them.
 IDLE_WINDOW_S = 60.0
 #: Aggregated role -> (the label it draws from, the aggregated role it is part of).
 CHAIN = {"admin": ("to-admin", None), "edit": ("to-edit", "admin"), "view": ("to-view", "edit")}

@@ -67,6 +67,20 @@ def test_fight_calms_down_as_time_passes():
     assert not heals
 
 
+def test_a_heal_loop_is_never_backed_off_more_than_32_s():
+    """Something that undoes every heal at once (a write loop with a controller, a fight): the heals are never more
+    than 32 s apart, so the tests' idle minutes (tests/releases/test_on_cluster.py,
+    tests/cluster/test_aggregated_roles.py) see at least one write of any such loop."""
+    heals: deque[float] = deque()
+    now, gaps = NOW, []
+    for _ in range(500):
+        gap = fight_backoff(heals, now)
+        now += gap
+        heals.append(now)
+        gaps.append(gap)
+    assert max(gaps) == 32.0
+
+
 def test_empty_history():
     assert fight_backoff(deque(), NOW) == 0.0
 
