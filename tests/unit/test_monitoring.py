@@ -22,7 +22,7 @@ from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import StatusWriter
-from tests.unit.test_deploy_variants import KUSTOMIZE, build
+from tests.kustomize_cli import cli_build
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -92,6 +92,7 @@ def promtool() -> Path:
     return path
 
 
+@pytest.mark.kustomize  # promtool is Go-built
 def test_the_rules_pass_promtool_check_and_their_unit_tests(tmp_path: Path):
     (tmp_path / "kfdef-operator.rules.yaml").write_text(yaml.safe_dump({"groups": rule_groups()}, sort_keys=False))
     shutil.copy(MONITORING / "rules-test.yaml", tmp_path / "rules-test.yaml")
@@ -130,9 +131,9 @@ def test_the_exported_degraded_reason_follows_the_condition():
     assert exported() == {}
 
 
-@pytest.mark.skipif(KUSTOMIZE is None, reason="kustomize is not on PATH (run through make)")
+@pytest.mark.kustomize
 def test_the_kustomization_ships_the_rule_the_dashboard_and_the_scrape():
-    built = {obj["kind"]: obj for obj in build("deploy/monitoring")}
+    built = {obj["kind"]: obj for obj in cli_build(MONITORING)}
     assert sorted(built) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
     assert built["PrometheusRule"]["spec"]["groups"] == rule_groups()
     dashboard = built["ConfigMap"]
