@@ -129,14 +129,14 @@ def test_a_new_kfdef_gets_its_finalizer_before_anything_is_applied_then_its_obje
     assert any("Applied" in str(r.body) for r in server.received("POST", f"/namespaces/{NAMESPACE}/events"))
 
 
-def test_a_refused_object_is_retried_with_the_backoff_and_reported_meanwhile(repo) -> None:
+def test_an_object_denied_by_admission_is_retried_with_the_backoff_and_reported_meanwhile(repo) -> None:
     server = cluster()
 
     async def scenario():
-        server.fail("PATCH", f"{CM_COLLECTION}/second", 422, "data: Invalid value: refused", reason="Invalid",
-                    times=3)
+        server.fail("PATCH", f"{CM_COLLECTION}/second", 400,
+                    'admission webhook "guard.example.com" denied the request: not yet', times=3)
         async with operator(server, repo):
-            await until(lambda: "refused" in condition(server, "Ready").get("message", ""))
+            await until(lambda: "denied" in condition(server, "Ready").get("message", ""))
             reported = condition(server, "Ready")
             await until(lambda: condition(server, "Ready").get("status") == "True", within=300)
         return reported
@@ -144,10 +144,30 @@ def test_a_refused_object_is_retried_with_the_backoff_and_reported_meanwhile(rep
     reported = virtual_time.run(scenario())
     assert reported["status"] == "False" and "second" in reported["message"]
     attempts = server.received("PATCH", f"{CM_COLLECTION}/second")
-    assert [a.status for a in attempts] == [422, 422, 422, 201]
+    assert [a.status for a in attempts] == [400, 400, 400, 201]
     pauses = [round(b.at - a.answered_at) for a, b in itertools.pairwise(attempts)]
-    assert pauses == [10, 20, 40], "retried after 10 s doubling"
+    assert pauses == [10, 20, 40], "retried after 10 s doubling (the policy may change)"
     assert [o["metadata"]["name"] for o in server.objects("ConfigMap")] == ["first", "second"]
+
+
+def test_an_object_refused_for_its_content_is_reported_once_and_sent_again_only_at_the_resync(repo) -> None:
+    server = cluster()
+
+    async def scenario():
+        server.fail("PATCH", f"{CM_COLLECTION}/second", 422, "data: Invalid value: refused", reason="Invalid",
+                    times=None)
+        async with operator(server, repo):
+            await until(lambda: "refused" in condition(server, "Ready").get("message", ""))
+            writes_when_reported = len(server.received(writes_only=True))
+            await asyncio.sleep(540)  # virtual: most of the 600 s resync interval (jittered by 10 %)
+            at_rest = server.received(writes_only=True)[writes_when_reported:]
+            await until(lambda: len(server.received("PATCH", f"{CM_COLLECTION}/second")) == 2, within=240)
+        return at_rest
+
+    at_rest = virtual_time.run(scenario())
+    assert at_rest == [], "a refusal for content is not sent again, nor reported again, before the resync"
+    first, second = server.received("PATCH", f"{CM_COLLECTION}/second")
+    assert 540 <= second.at - first.answered_at <= 660 + 10, "sent again at the resync"
 
 
 def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:
