@@ -55,7 +55,13 @@ def _heal_and_edit_work(kube, stack, namespace: str, mode: str) -> tuple[float, 
     edited = time.monotonic() - started
     # The healed Deployment Available again: the controller manager, scheduler and kwok have recovered too, so
     # the next test starts on a working control plane.
-    wait_ready(kube, "watched", namespace, timeout=180)
+    try:
+        wait_ready(kube, "watched", namespace, timeout=180)
+    except AssertionError as error:  # whose view lags: the operator's, or the components' that make it Available
+        live = kube.get("apps/v1", "Deployment", "operator", stack.namespace) or {}
+        pods = [(p.metadata.name, p.status.phase) for p in kube.core.list_namespaced_pod(stack.namespace).items]
+        raise AssertionError(f"{error}\nthe Deployment's live status: {json.dumps(live.get('status'))}\n"
+                             f"pods of {stack.namespace}: {pods}") from None
     return healed, edited
 
 
