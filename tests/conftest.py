@@ -19,6 +19,7 @@ CLUSTER_FIXTURES = frozenset({"control_plane", "plane"})
 #: Fixtures that unpack the Kubeflow release archives (tests/unit/conftest.py, tests/releases/conftest.py).
 STACKS_FIXTURES = frozenset({"kubeflow_v1_2_source", "release_trees"})
 #: How the tests and the product find the Go-built binaries (tools/build-*.sh), besides their cache.
+LONGEST = "tests/releases/test_on_cluster.py"
 GO_BINARY_SETTINGS = ("KFDEF_K8SBIN", "KFDEF_RENDER_HELPER", "KFDEF_OLM_VALIDATE", "KFDEF_PROMTOOL")
 
 
@@ -42,6 +43,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.stacks)
         if item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.kustomize)
+    # `make test` runs two pytest-xdist workers, a file at a time each (--dist loadfile): the longest file first, so
+    # that it does not start last.
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST))
 
 
 @pytest.fixture(scope="session")
