@@ -248,8 +248,10 @@ def test_a_forbidden_list_reaches_status_and_events(control_plane, kfdef_crd, ku
         message = kube.condition(degraded, "Degraded")["message"]
         assert "secrets" in message and "permission" in message, message
         assert condition(kube, "denied", kfdef_namespace, "Ready")["status"] == "False"
-        events = kube.core.list_namespaced_event(kfdef_namespace, field_selector="involvedObject.name=denied").items
-        assert any(e.reason == "Forbidden" and e.type == "Warning" for e in events)
+        # The Event is posted after the status patch, so it may land a moment later.
+        wait_for(lambda: any(e.reason == "Forbidden" and e.type == "Warning" for e in kube.core.list_namespaced_event(
+            kfdef_namespace, field_selector="involvedObject.name=denied").items),
+                 timeout=30, what="a Warning Event with reason Forbidden on the KfDef")
     finally:
         kube.delete(KFDEF_API, "KfDef", "denied", kfdef_namespace)
         wait_for(lambda: kube.get(KFDEF_API, "KfDef", "denied", kfdef_namespace) is None, timeout=60,
