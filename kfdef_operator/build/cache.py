@@ -27,7 +27,7 @@ from kfdef_operator.api.types import JSON
 from kfdef_operator.build.confinement import path_segment
 from kfdef_operator.build.render import MODES, RenderedApplication
 from kfdef_operator.build.safe_yaml import MAX_DEPTH, nesting_depth
-from kfdef_operator.source.resolve import ResolvedSource
+from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
 Renderer = Callable[[KfDef, Mapping[str, ResolvedSource], Path], list[RenderedApplication]]

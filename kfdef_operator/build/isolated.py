@@ -42,7 +42,7 @@ from kfdef_operator.build.kustomize import (
     signal_name,
 )
 from kfdef_operator.build.render import RenderedApplication, RenderError, render
-from kfdef_operator.source.resolve import ResolvedSource
+from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
 

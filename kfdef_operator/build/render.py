@@ -80,7 +80,7 @@ import yaml
 from kfdef_operator.api.kfdef import Application, KfDef, Parameter, project_of
 from kfdef_operator.build import confinement, kustomize, safe_yaml, v3_namespace
 from kfdef_operator.build.confinement import KUSTOMIZATION_FILES
-from kfdef_operator.source.resolve import ResolvedSource
+from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
 

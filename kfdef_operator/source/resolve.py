@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -38,18 +37,9 @@ from kfdef_operator.source.git import git_tree, parse_git_uri
 from kfdef_operator.source.http import download
 from kfdef_operator.source.local import file_digest, local_source
 from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ResolvedSource:
-    """A repo as a local tree. ``uri`` is credential-free (safe for logs and status)."""
-
-    name: str
-    uri: str
-    local_path: Path
-    revision: str
 
 
 def resolve_sources(repos: Sequence[Repo], cache: SourceCache, options: FetchOptions, *,

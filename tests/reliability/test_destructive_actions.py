@@ -219,7 +219,8 @@ def test_a_forged_stamp_naming_no_kfdef_does_not_veto_the_stack(operator, kube, 
     stamped = kube.get("v1", "ConfigMap", "network-policy", ns)["metadata"]["annotations"]
     assert stamped["kfctl.kubeflow.io/kfdef-instance"] == f"platform.{ns}"
     assert stamped.get("kfdef.apps.kubeflow.org/adopted") == "true"  # adopted: kept at teardown
-    events = [e for e in kube.core.list_namespaced_event(ns).items if e.reason == "AdoptedUnclaimed"]
+    events = wait_for(lambda: [e for e in kube.core.list_namespaced_event(ns).items if e.reason == "AdoptedUnclaimed"],
+                      timeout=30, what="the AdoptedUnclaimed Event (posted apart from the status)")
     assert events and "ghost" in events[0].message and "does not exist" in events[0].message, events
     assert kube.get("v1", "ConfigMap", "held", ns)["data"] == {"by": "real"}
     for name in ("platform", "real"):

@@ -4,6 +4,8 @@ that render with the limit named, never the calling process; a real Kubeflow sta
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -154,3 +156,13 @@ def test_kubeflow_v1_2_still_renders_isolated(kubeflow_v1_2_source, tmp_path):
     assert len(rendered) == 16 and sum(len(a.objects) for a in rendered) == 565
     assert PINNED_VERSION == "v5.8.2"
 
+
+
+def test_the_render_process_imports_nothing_of_fetching():
+    """Every render starts a Python process: its imports are on the critical path of every render (the fetch
+    layer's HTTP and git clients cost about half a second of CPU there, for nothing)."""
+    probe = ("import sys, kfdef_operator.build.isolated; "
+             "print(' '.join(m for m in ('requests', 'git', 'kfdef_operator.source.resolve') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}).stdout
+    assert loaded.split() == []
