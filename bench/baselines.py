@@ -11,6 +11,10 @@
 
 Objects come from ``kfdef-operator build`` (the operator's own renderer);
 render time is reported apart and not part of either figure.
+
+- ``render floor``: the pinned kustomize CLI building the trees the operator's
+  render builds for the same KfDef, output discarded (no parsing): the least
+  time any tool that renders with kustomize needs before its first object.
 """
 
 from __future__ import annotations
@@ -21,11 +25,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from kfdef_dev.controlplane import find_bin_dir
+from kfdef_operator.api.kfdef import Repo, parse_kfdef
+from kfdef_operator.build import render as operator_render
+from kfdef_operator.build.confinement import LOAD_RESTRICTIONS_NONE, LOAD_RESTRICTIONS_ROOT_ONLY
+from kfdef_operator.build.isolated import IsolatedRender
+from kfdef_operator.source.cache import SourceCache
+from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.source.resolve import resolve_source
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.health import CRD_CLEANUP_FAILED, assess
@@ -72,8 +86,18 @@ class CleanupRetries:
 
 def render(bench: Bench, workload: Workload, uri: str) -> tuple[Path, float]:
     """``kfdef-operator build`` of the workload's KfDef into ``rendered.yaml``; returns it and the seconds taken."""
-    return build(bench, workload.kfdef(f"stack-{workload.suffix}", "bench", uri),
-                 bench.work_dir / "rendered" / workload.suffix)
+    return build(bench, _kfdef_of(workload, uri), bench.work_dir / "rendered" / workload.suffix)
+
+
+def workload_trees(bench: Bench, workload: Workload, uri: str) -> list[KustomizeTree]:
+    """The trees the operator builds for the workload's KfDef (the one :func:`render` builds)."""
+    _, trees = render_in_place(_kfdef_of(workload, uri), workload.root,
+                               bench.work_dir / "rendered" / workload.suffix / "trees")
+    return trees
+
+
+def _kfdef_of(workload: Workload, uri: str) -> JSON:
+    return workload.kfdef(f"stack-{workload.suffix}", "bench", uri)
 
 
 def build(bench: Bench, kfdef: JSON, directory: Path) -> tuple[Path, float]:
@@ -89,6 +113,63 @@ def build(bench: Bench, kfdef: JSON, directory: Path) -> tuple[Path, float]:
                        stdout=out, stderr=subprocess.PIPE, check=True,
                        env={**os.environ, "KFDEF_ALLOW_INSECURE_HTTP": "1"})
     return output, time.monotonic() - started
+
+
+#: What a ``render_floor_s`` entry measures (:func:`kustomize_alone`).
+RENDER_FLOOR_NOTE = (f"the kustomize CLI alone building the trees the operator builds, {IsolatedRender.max_workers} at "
+                     "a time, output discarded")
+
+
+@dataclass(frozen=True)
+class KustomizeTree:
+    """The directory the operator's render builds for one application, and the load restrictor under which the
+    kustomize CLI builds it to the same objects."""
+
+    path: Path
+    load_restrictor: str
+
+
+def render_in_place(kfdef: JSON, repo: Path, directory: Path) -> tuple[list[operator_render.RenderedApplication],
+                                                                         list[KustomizeTree]]:
+    """The operator's render of ``kfdef`` in this process, every repo of it read from the local tree ``repo`` (as
+    the operator reads it once fetched), its work directory kept under ``directory``: the rendered applications
+    and the tree each one built.
+
+    A plain entry point is built where it is in the repo, with kustomize's default restrictor; a legacy or stacks
+    application is built in its generated ``<work dir>/kustomize/<application>/`` (``build.render``), whose
+    references the render proved inside the copy, so ``LoadRestrictionsNone`` gives the same objects."""
+    parsed = parse_kfdef(kfdef)
+    cache, options = SourceCache(directory / "sources"), FetchOptions(local_roots=(repo,))
+    sources = {r.name: resolve_source(Repo(r.name, str(repo)), cache, options) for r in parsed.repos}
+    workdir = (directory / "render").resolve()
+    rendered = operator_render.render(parsed, sources, workdir)
+    trees = []
+    for app, built in zip(parsed.applications, rendered, strict=True):
+        ref = app.kustomize_config.repo_ref  # type: ignore[union-attr]  # render refused applications without one
+        trees.append(KustomizeTree(sources[ref.name].local_path / ref.path, LOAD_RESTRICTIONS_ROOT_ONLY)
+                     if built.mode == "plain" else KustomizeTree(workdir / "kustomize" / app.name,
+                                                                 LOAD_RESTRICTIONS_NONE))
+    return rendered, trees
+
+
+def kustomize_alone(trees: Sequence[KustomizeTree], *, workers: int = IsolatedRender.max_workers) -> float:
+    """Seconds for the pinned kustomize CLI (``$KFDEF_K8SBIN/kustomize``, the version the render helper embeds) to
+    build every tree, output discarded: the render floor. Trees build ``workers`` at a time, as the operator renders
+    a KfDef's applications: the fastest a kustomize-based tool can be on these cores."""
+    kustomize = str(find_bin_dir() / "kustomize")
+
+    def build_one(tree: KustomizeTree) -> None:
+        done = subprocess.run([kustomize, "build", f"--load-restrictor={tree.load_restrictor}", str(tree.path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              check=False)
+        if done.returncode:
+            raise RuntimeError(f"kustomize build {tree.path} failed ({done.returncode}): "
+                               f"{done.stderr.decode(errors='replace')[-600:]}")
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="render-floor") as pool:
+        list(pool.map(build_one, trees))
+    return time.monotonic() - started
 
 
 def load(rendered: Path) -> list[JSON]:

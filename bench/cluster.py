@@ -17,6 +17,7 @@ import ssl
 import time
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -153,6 +154,8 @@ OPERATOR_AGENTS = ("kfdef-operator/", "kopf/")
 #: Writes not counted: Leases (kube-controller-manager's and kube-scheduler's leader election, node heartbeats; the
 #: operator runs without leader election here). Events are counted.
 _NOT_COUNTED_RESOURCES = frozenset({"leases"})
+#: What the operator writes besides the stacks' own objects.
+_NOT_STACK_RESOURCES = frozenset({"kfdefs", "events", "leases"})
 
 
 def process_cpu_s(pid: int) -> tuple[float, float]:
@@ -171,30 +174,60 @@ def audit_offset(control_plane: ControlPlane) -> int:
         return 0
 
 
-def writes_by_client(control_plane: ControlPlane, since: int) -> dict[str, dict[str, int]]:
-    """Write requests in the audit log after byte ``since`` (dry runs and Leases excluded), per client and
-    ``"VERB resource"``. The client is ``operator`` for the operator's own requests and kopf's (by user agent),
-    else the user agent's product (``kube-controller-manager``, ``kwok``, ...)."""
+def _audit_events(control_plane: ControlPlane, since: int) -> list[dict]:
+    """The audit log's events after byte ``since`` (a line still being written is left out)."""
     try:
         with control_plane.audit_log.open("rb") as log:
             log.seek(since)
             lines = log.read().splitlines()
     except FileNotFoundError:
-        return {}
-    counts: dict[str, dict[str, int]] = {}
+        return []
+    events = []
     for line in lines:
         try:
-            event = json.loads(line)
+            events.append(json.loads(line))
         except ValueError:
-            continue  # a line being written
+            continue
+    return events
+
+
+def _is_operators(event: dict) -> bool:
+    return event.get("userAgent", "").startswith(OPERATOR_AGENTS)
+
+
+def writes_by_client(control_plane: ControlPlane, since: int) -> dict[str, dict[str, int]]:
+    """Write requests in the audit log after byte ``since`` (dry runs and Leases excluded), per client and
+    ``"VERB resource"``. The client is ``operator`` for the operator's own requests and kopf's (by user agent),
+    else the user agent's product (``kube-controller-manager``, ``kwok``, ...)."""
+    counts: dict[str, dict[str, int]] = {}
+    for event in _audit_events(control_plane, since):
         target = event.get("objectRef") or {}
         resource = target.get("resource", "")
         if "dryRun=" in event.get("requestURI", "") or resource in _NOT_COUNTED_RESOURCES:
             continue
-        agent = event.get("userAgent", "")
-        client = "operator" if agent.startswith(OPERATOR_AGENTS) else agent.split("/")[0] or "unknown"
+        client = "operator" if _is_operators(event) else event.get("userAgent", "").split("/")[0] or "unknown"
         key = f"{event.get('verb', '').upper()} {resource}" + (
             f"/{target['subresource']}" if target.get("subresource") else "")
         per_client = counts.setdefault(client, {})
         per_client[key] = per_client.get(key, 0) + 1
     return counts
+
+
+def _unix_time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def stack_writes_span(control_plane: ControlPlane, since: int, until: float) -> tuple[float, float] | None:
+    """When the operator's writes of stack objects began and ended (Unix times: the first request received, the
+    last response sent), among those in the audit log after byte ``since`` received before ``until``; None when
+    there were none. A stack object is anything but KfDefs, Events and Leases, written as itself (no
+    subresource); dry runs do not count."""
+    spans = [(_unix_time(event["requestReceivedTimestamp"]), _unix_time(event["stageTimestamp"]))
+             for event in _audit_events(control_plane, since)
+             if _is_operators(event) and "dryRun=" not in event.get("requestURI", "")
+             and (event.get("objectRef") or {}).get("resource", "") not in _NOT_STACK_RESOURCES
+             and not (event.get("objectRef") or {}).get("subresource")]
+    spans = [span for span in spans if span[0] <= until]
+    if not spans:
+        return None
+    return min(begin for begin, _ in spans), max(end for _, end in spans)

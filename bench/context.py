@@ -20,7 +20,7 @@ from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
 from kfdef_operator.ssa.client import KubeClient
 
 from .archive_server import ArchiveServer
-from .cluster import KFDEF_NAMESPACE, process_cpu_s
+from .cluster import KFDEF_NAMESPACE, audit_offset, process_cpu_s, stack_writes_span
 from .streams import Arrival, EventStream
 from .workload import RUN_LABEL, Workload, generate, write_tarball
 
@@ -84,6 +84,9 @@ STEPS = ("FetchingSources", "Rendering", "Applying")
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 PROCESSES = (*CONTROL_PLANE, "operator", "render")
 
+
+#: What an ``apply_phase_s`` entry measures (:meth:`Bench.apply_phase_s`).
+APPLY_PHASE_NOTE = "the operator's first write of a stack object to its last one answered (kube-apiserver's audit log)"
 
 #: A teardown wave as ``ResourceManager.teardown`` logs it.
 _WAVE = re.compile(r"KfDef (?P<kfdef>\S+): teardown wave of (?P<objects>\d+) object\(s\) \((?P<kinds>[^)]*)\): "
@@ -175,6 +178,19 @@ class Bench:
         spans = zip(bounds, bounds[1:], strict=False)
         return {label: round(end - begin, 3) for label, (begin, end) in
                 zip(("queued", "fetch", "render", "apply"), spans, strict=True)}
+
+    def audit_mark(self) -> int:
+        """Where kube-apiserver's audit log ends now (see :meth:`apply_phase_s`)."""
+        return audit_offset(self.control_plane)
+
+    def apply_phase_s(self, since: int, applied: float) -> float | None:
+        """The apply phase of a first apply: seconds from the operator's first write of a stack object (request
+        received) to its last one answered, by kube-apiserver's audit log after byte ``since``, among the writes
+        received before ``applied`` (the ``time.monotonic()`` arrival of the status saying every object is applied,
+        which the operator writes after its last apply). None when the log holds no such write."""
+        until = time.time() - (time.monotonic() - applied)
+        span = stack_writes_span(self.control_plane, since, until)
+        return None if span is None else span[1] - span[0]
 
     # -- CPU -----------------------------------------------------------------------------
 

@@ -35,19 +35,21 @@ class Deployed:
     ready_s: float       # create call returned -> Ready True
     steps: dict[str, float] = field(default_factory=dict)  # seconds per step of the apply (Bench.steps)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per process until every object was applied
+    apply_phase_s: float | None = None  # first stack object sent -> last answered (Bench.apply_phase_s)
 
 
 async def deploy(bench: Bench, workload: Workload, uri: str, *, timeout: float = 600) -> Deployed:
     """Create a KfDef for the workload and wait until it is applied, then Ready."""
-    mark = bench.kfdefs.mark()
+    mark, audit_mark = bench.kfdefs.mark(), bench.audit_mark()
     cpu_before = bench.cpu()
     created, started = await bench.create_kfdef(workload, uri)
     name = created["metadata"]["name"]
     applied = await bench.wait_kfdef(name, all_applied, after=mark, timeout=timeout, what="applied")
     cpu = cpu_used(cpu_before, bench.cpu())
     ready = await bench.wait_kfdef(name, is_ready, after=mark, timeout=timeout, what="Ready")
+    apply_phase_s = bench.apply_phase_s(audit_mark, applied.at)  # read once Ready: no event waits on the reading
     return Deployed(name, workload, applied.at - started, ready.at - started,
-                    bench.steps(name, after=mark, started=started, applied=applied.at), cpu)
+                    bench.steps(name, after=mark, started=started, applied=applied.at), cpu, apply_phase_s)
 
 
 async def teardown(bench: Bench, deployed: Deployed, *, timeout: float = 300,

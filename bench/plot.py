@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402 (after selecting the headless back
 JSON = dict[str, Any]
 _APPLY_BARS = (("operator\n(all applied)", "apply.operator_s"), ("operator\n(Ready)", "apply.operator_ready_s"),
                ("kubectl SSA\n(+ CRD wait)", "apply.kubectl_ssa_s"), ("floor\n(raw SSA)", "apply.floor_s"),
-               ("render only\n(build)", "render.s"))
+               ("render only\n(build)", "render.s"), ("render floor\n(kustomize)", "apply.render_floor_s"))
 
 
 def _bars(axis, labels: list[str], entries: list[JSON], color: str) -> None:
@@ -30,10 +30,11 @@ def plot(results: JSON, path: Path, before: JSON | None = None) -> None:
     figure, ((apply_axis, heal_axis), (scale_axis, steps_axis)) = plt.subplots(2, 2, figsize=(13, 9))
     objects = results["apply.operator_s"].get("objects", 0)
 
-    _bars(apply_axis, [label for label, _ in _APPLY_BARS], [results[key] for _, key in _APPLY_BARS], "#4C72B0")
+    bars = [(label, key) for label, key in _APPLY_BARS if key in results]  # older results lack the newer figures
+    _bars(apply_axis, [label for label, _ in bars], [results[key] for _, key in bars], "#4C72B0")
     if before:  # the same figures of the session before the change, as outlines
-        medians = [before[key]["median"] if key in before else 0 for _, key in _APPLY_BARS]
-        apply_axis.bar([label for label, _ in _APPLY_BARS], medians, fill=False, edgecolor="#C44E52", linestyle="--",
+        medians = [before[key]["median"] if key in before else 0 for _, key in bars]
+        apply_axis.bar([label for label, _ in bars], medians, fill=False, edgecolor="#C44E52", linestyle="--",
                        label=f"before ({before['meta']['date'][:10]})")
         apply_axis.legend(fontsize=8)
     apply_axis.set_title(f"Apply {objects} objects: median, min-max (s)")

@@ -11,7 +11,8 @@ apply paths get the same objects:
   the release's objects outside its own namespaces is left;
 - ``kubectl``: ``kubectl apply --server-side`` of ``kfdef-operator build``'s output, ``kubectl wait`` for its CRDs,
   the apply again;
-- ``floor``: every object server-side applied at once (``bench/baselines.py``).
+- ``floor``: every object server-side applied at once (``bench/baselines.py``); beside it the render floor, the
+  kustomize CLI alone building the tree the operator builds for the release.
 
 Release objects have fixed names, so each path removes everything before the next starts.
 """
@@ -32,17 +33,12 @@ import yaml
 
 from kfdef_dev.releases import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
 from kfdef_dev.unservable import write_wrappers
-from kfdef_operator.api.kfdef import Repo, parse_kfdef
-from kfdef_operator.build.render import render
-from kfdef_operator.source.cache import SourceCache
-from kfdef_operator.source.options import FetchOptions
-from kfdef_operator.source.resolve import resolve_source
 from kfdef_operator.ssa.aggregation import deletion_order
 from kfdef_operator.ssa.client import KubeApiError
 
 from . import baselines
 from .cluster import KFDEF_NAMESPACE
-from .context import KFDEFS_PATH, Bench, all_applied, cpu_used, is_ready
+from .context import APPLY_PHASE_NOTE, KFDEFS_PATH, Bench, all_applied, cpu_used, is_ready
 from .stats import cpu_summary, steps_summary, summary
 
 log = logging.getLogger(__name__)
@@ -60,16 +56,20 @@ class Release:
     left_out: int
     render_s: float
     resources: frozenset[str]   # plurals of the resources its objects live in (as kube-apiserver's metrics name them)
+    trees: list[baselines.KustomizeTree]  # what the operator builds for it (the render floor's input)
 
 
 async def prepare(bench: Bench) -> Release:
-    """Unpack the release, add the wrapper, pack and serve it; render it once with ``kfdef-operator build``."""
+    """Unpack the release, add the wrapper, pack and serve it; render it once with ``kfdef-operator build`` (and in
+    this process, for the trees the render floor builds)."""
     directory = bench.work_dir / "release"
     tree = await asyncio.to_thread(_unpack, STACKS / ARCHIVES[VERSION], directory / "tree")
     sample = yaml.safe_load(MODERN_SAMPLE.read_text())
     sample["metadata"] = {"name": "kubeflow", "namespace": KFDEF_NAMESPACE}
-    rendered = await asyncio.to_thread(_render, sample, tree, directory)
+    applications, _ = await asyncio.to_thread(baselines.render_in_place, sample, tree, directory / "sample")
+    rendered = {app.name: app.objects for app in applications}  # to find what to leave out
     wrapped, left_out = write_wrappers(sample, tree, rendered, {"kubeflow": v1_11_0_profile_repair(tree)})
+    _, trees = await asyncio.to_thread(baselines.render_in_place, wrapped, tree, directory / "wrapped")
     archive = await asyncio.to_thread(_pack, tree, bench.archives.directory / f"kubeflow-{VERSION}-runnable.tar.gz")
     for repo in wrapped["spec"]["repos"]:
         repo["uri"] = bench.archives.url(archive)
@@ -77,7 +77,7 @@ async def prepare(bench: Bench) -> Release:
     objects = await _namespaced(bench, baselines.load(output))
     plurals = frozenset(path.split("/")[-2] for _, path, _ in await baselines.paths(bench.kube, objects))
     log.info("release %s: %d objects, %d left out", VERSION, len(objects), len(left_out))
-    return Release(wrapped, objects, len(left_out), render_s, plurals)
+    return Release(wrapped, objects, len(left_out), render_s, plurals, trees)
 
 
 def _unpack(archive: Path, directory: Path) -> Path:
@@ -85,16 +85,6 @@ def _unpack(archive: Path, directory: Path) -> Path:
         tar.extractall(directory, filter="data")
     [top] = list(directory.iterdir())
     return top
-
-
-def _render(kfdef: JSON, tree: Path, directory: Path) -> dict[str, list[JSON]]:
-    """Objects per application of the KfDef built from ``tree`` (to find what to leave out)."""
-    document = copy.deepcopy(kfdef)
-    for repo in document["spec"]["repos"]:
-        repo["uri"] = str(tree)
-    source = resolve_source(Repo("manifests", str(tree)), SourceCache(directory / "sources"),
-                            FetchOptions(local_roots=(tree,)))
-    return {app.name: app.objects for app in render(parse_kfdef(document), {"manifests": source}, directory / "render")}
 
 
 def _pack(tree: Path, path: Path) -> Path:
@@ -124,6 +114,7 @@ class DeployedRelease:
     ready_s: float
     steps: dict[str, float]  # seconds per step of the apply, from its status (Bench.steps)
     cpu: dict[str, float]    # CPU seconds per process from the create call until every object was applied
+    apply_phase_s: float | None  # first object sent -> last answered (Bench.apply_phase_s)
 
 
 async def deploy(bench: Bench, release: Release) -> DeployedRelease:
@@ -131,15 +122,16 @@ async def deploy(bench: Bench, release: Release) -> DeployedRelease:
     volumes = await _simulated_storage(bench)
     kfdef = copy.deepcopy(release.kfdef)
     name = kfdef["metadata"]["name"] = f"kubeflow-{uuid.uuid4().hex[:5]}"
-    mark = bench.kfdefs.mark()
+    mark, audit_mark = bench.kfdefs.mark(), bench.audit_mark()
     cpu_before = bench.cpu()
     await bench.kube.request("POST", KFDEFS_PATH, body=kfdef)
     started = time.monotonic()
     applied = await bench.wait_kfdef(name, all_applied, after=mark, timeout=900, what="applied")
     cpu = cpu_used(cpu_before, bench.cpu())
     ready = await bench.wait_kfdef(name, is_ready, after=mark, timeout=900, what="Ready")
+    apply_phase_s = bench.apply_phase_s(audit_mark, applied.at)  # read once Ready: no event waits on the reading
     return DeployedRelease(name, volumes, applied.at - started, ready.at - started,
-                           bench.steps(name, after=mark, started=started, applied=applied.at), cpu)
+                           bench.steps(name, after=mark, started=started, applied=applied.at), cpu, apply_phase_s)
 
 
 async def teardown(bench: Bench, release: Release, deployed: DeployedRelease,
@@ -162,9 +154,15 @@ async def operator_round(bench: Bench, release: Release) -> dict:
     deployed = await deploy(bench, release)
     before, waves = bench.cpu(), []
     teardown_s = await teardown(bench, release, deployed, waves)
-    return {"applied_s": deployed.applied_s, "ready_s": deployed.ready_s, "teardown_s": teardown_s,
-            "steps": deployed.steps, "cpu": deployed.cpu, "teardown_cpu": cpu_used(before, bench.cpu()),
-            "teardown_waves": waves[0]}
+    return round_figures(deployed, teardown_s, cpu_used(before, bench.cpu()), waves[0])
+
+
+def round_figures(deployed: DeployedRelease, teardown_s: float, teardown_cpu: dict[str, float],
+                  waves: list[dict]) -> dict:
+    """One operator round's figures, as :func:`results` reads them."""
+    return {"applied_s": deployed.applied_s, "ready_s": deployed.ready_s, "apply_phase_s": deployed.apply_phase_s,
+            "teardown_s": teardown_s, "steps": deployed.steps, "cpu": deployed.cpu, "teardown_cpu": teardown_cpu,
+            "teardown_waves": waves}
 
 
 async def kubectl_round(bench: Bench, release: Release) -> dict:
@@ -177,14 +175,15 @@ async def kubectl_round(bench: Bench, release: Release) -> dict:
 
 
 async def floor_round(bench: Bench, release: Release) -> dict:
-    """Seconds of the floor's apply and of its teardown (every object deleted at once, waited until gone), and the
-    CPU seconds of each."""
+    """Seconds of the render floor (kustomize alone), of the floor's apply and of its teardown (every object deleted
+    at once, waited until gone), and the CPU seconds of the last two."""
+    render_floor_s = await asyncio.to_thread(baselines.kustomize_alone, release.trees)
     before = bench.cpu()
     seconds = await baselines.floor_apply(bench, release.objects)
     middle = bench.cpu()
     teardown_s = await baselines.floor_teardown(bench, release.objects)
-    measured = {"applied_s": seconds, "teardown_s": teardown_s, "cpu": cpu_used(before, middle),
-                "teardown_cpu": cpu_used(middle, bench.cpu())}
+    measured = {"applied_s": seconds, "teardown_s": teardown_s, "render_floor_s": render_floor_s,
+                "cpu": cpu_used(before, middle), "teardown_cpu": cpu_used(middle, bench.cpu())}
     await remove(bench, release.objects)  # aggregated ClusterRoles kube-controller-manager re-created
     return measured
 
@@ -264,11 +263,16 @@ def results(release: Release, raw: dict[str, list]) -> JSON:
         "release.apply.kubectl_ssa_s": summary([k["s"] for k in kubectl], "s", steps=kubectl),
         "release.apply.floor_s": summary([f["applied_s"] for f in raw["floor"]], "s",
                                          concurrency=baselines.FLOOR_CONCURRENCY),
+        "release.apply.render_floor_s": summary([f["render_floor_s"] for f in raw["floor"]], "s",
+                                                note=baselines.RENDER_FLOOR_NOTE),
         "release.render.s": summary([release.render_s], "s", note="kfdef-operator build (not part of kubectl/floor)"),
         "release.teardown.s": summary([r["teardown_s"] for r in operator], "s",
                                       waves=[r["teardown_waves"] for r in operator]),
         "release.teardown.floor_s": summary([f["teardown_s"] for f in raw["floor"]], "s"),
     }
+    apply_phases = [r["apply_phase_s"] for r in operator if r["apply_phase_s"] is not None]
+    if apply_phases:
+        entries["release.apply.apply_phase_s"] = summary(apply_phases, "s", note=APPLY_PHASE_NOTE)
     for entry in entries.values():
         entry["value"] = entry["median"]
     entries["release.apply.steps"] = steps_summary([r["steps"] for r in operator])

@@ -30,7 +30,7 @@ from kfdef_operator.ssa.client import KubeClient  # noqa: E402
 from . import baselines, ha, heal, operator_runs, release, report, scale  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import start_control_plane  # noqa: E402
-from .context import KFDEFS_PATH, Bench, cpu_used, run_selector, stack_resources  # noqa: E402
+from .context import APPLY_PHASE_NOTE, KFDEFS_PATH, Bench, cpu_used, run_selector, stack_resources  # noqa: E402
 from .environment import describe  # noqa: E402
 from .plan import FULL, QUICK, SKIPPABLE, Plan  # noqa: E402
 from .stats import cpu_summary, percentile, steps_summary, summary  # noqa: E402
@@ -47,6 +47,8 @@ async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> 
     log.info("round %d: operator apply of %d objects", index + 1, workload.total)
     deployed = await operator_runs.deploy(bench, workload, uri)
     raw["apply.operator_s"].append(deployed.applied_s)
+    if deployed.apply_phase_s is not None:
+        raw["apply.apply_phase_s"].append(deployed.apply_phase_s)
     raw["apply.operator_ready_s"].append(deployed.ready_s)
     raw["apply.operator_steps"].append(deployed.steps)
     raw["cpu.apply.operator"].append(deployed.cpu)
@@ -72,6 +74,8 @@ async def _round(bench: Bench, plan: Plan, index: int, raw: dict[str, list]) -> 
             crds = ("crd", "-l", run_selector(workload))
             raw["kubectl"].append(await baselines.kubectl_apply(bench, rendered, crds))
         else:
+            trees = await asyncio.to_thread(baselines.workload_trees, bench, workload, uri)
+            raw["apply.render_floor_s"].append(await asyncio.to_thread(baselines.kustomize_alone, trees))
             before = bench.cpu()
             raw["apply.floor_s"].append(await baselines.floor_apply(bench, objects))
             middle = bench.cpu()
@@ -101,9 +105,7 @@ async def _idle_with_both(bench: Bench, plan: Plan, prepared: release.Release, r
     teardown_s = await release.teardown(bench, prepared, deployed_release, waves)
     teardown_cpu = cpu_used(before, bench.cpu())
     await operator_runs.teardown(bench, deployed)
-    return {"applied_s": deployed_release.applied_s, "ready_s": deployed_release.ready_s, "teardown_s": teardown_s,
-            "steps": deployed_release.steps, "cpu": deployed_release.cpu, "teardown_cpu": teardown_cpu,
-            "teardown_waves": waves[0]}
+    return release.round_figures(deployed_release, teardown_s, teardown_cpu, waves[0])
 
 
 async def _release(bench: Bench, plan: Plan, raw_all: dict[str, list]) -> dict:
@@ -144,6 +146,7 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
         "apply.operator_ready_s": summary(raw["apply.operator_ready_s"], "s"),
         "apply.kubectl_ssa_s": summary([k["s"] for k in kubectl], "s", steps=kubectl),
         "apply.floor_s": summary(raw["apply.floor_s"], "s", concurrency=baselines.FLOOR_CONCURRENCY),
+        "apply.render_floor_s": summary(raw["apply.render_floor_s"], "s", note=baselines.RENDER_FLOOR_NOTE),
         "render.s": summary(raw["render.s"], "s", note="kfdef-operator build (not part of kubectl/floor figures)"),
         "noop.writes": summary([n["writes_operator"] for n in noop], "requests",
                                operator_client=[n["writes_operator_client"] for n in noop],
@@ -179,6 +182,8 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
         "scale.sweep": raw["sweep"],
         "scale.sweep_failures": raw["sweep_failures"],
     }
+    if raw["apply.apply_phase_s"]:
+        results["apply.apply_phase_s"] = summary(raw["apply.apply_phase_s"], "s", note=APPLY_PHASE_NOTE)
     if many:
         results["scale.kfdefs_s"] = summary([m["s"] for m in many], "s", kfdefs=plan.many_kfdefs,
                                             objects=many[0]["objects"], teardown_s=[m["teardown_s"] for m in many])
@@ -192,6 +197,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     started = time.monotonic()
     control_plane = await asyncio.to_thread(start_control_plane)
     raw: dict[str, list] = {k: [] for k in ("apply.operator_s", "apply.operator_ready_s", "apply.floor_s", "render.s",
+                                            "apply.render_floor_s", "apply.apply_phase_s",
                                             "kubectl", "noop", "idle", "teardown.s", "teardown.floor_s", "many",
                                             "sweep", "sweep_failures", "workloads", "release.rss_mb",
                                             "release.noop", "apply.operator_steps", "cpu.apply.operator",

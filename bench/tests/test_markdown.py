@@ -1,0 +1,67 @@
+"""docs/benchmarks.md from the stored results: older results lacking the figures of issue 26 show n/a, newer ones
+show the floor of issue 26 beside the old one."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.figures import JSON, ratios, target_rows, teardown_ratios
+from bench.markdown import render_markdown
+from bench.tables import fmt
+
+BENCH = Path(__file__).resolve().parents[1]
+NEW_FIGURES = ("render_floor", "apply_phase")
+
+
+def _rendered(results: JSON) -> str:
+    """The page as ``bench/report.py`` writes it (targets and ratios derived again), without writing anything."""
+    results = copy.deepcopy(results)
+    results["targets"] = target_rows(results)
+    results["ratios"] = {**ratios(results), **teardown_ratios(results)}
+    return render_markdown(results, json.loads((BENCH / "results-before.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def older() -> JSON:
+    """The stored session, without the figures of issue 26 (as sessions before it wrote them)."""
+    stored = json.loads((BENCH / "results.json").read_text())
+    return {key: value for key, value in stored.items() if not any(name in key for name in NEW_FIGURES)}
+
+
+def _with_new_figures(results: JSON) -> JSON:
+    results = copy.deepcopy(results)
+    for key, value in (("apply.render_floor_s", 1.5), ("apply.apply_phase_s", 3.0),
+                       ("release.apply.render_floor_s", 6.0), ("release.apply.apply_phase_s", 9.0)):
+        results[key] = {"value": value, "median": value, "min": value, "max": value, "n": 1, "unit": "s"}
+    return results
+
+
+def _line(page: str, start: str) -> str:
+    [line] = [line for line in page.splitlines() if line.startswith(start)]
+    return line
+
+
+def _against_floor(page: str) -> str:
+    return page.split("## Against the floor of issue 26")[1].split("\n## ")[0]
+
+
+def test_older_results_show_n_a(older: JSON) -> None:
+    page = _rendered(older)
+    assert "## Against the floor of issue 26" in page
+    assert "n/a" in _line(_against_floor(page), "| v1.11.0 | ")
+    assert _line(page, "| v1.11.0: render floor, kustomize alone (s) |").endswith("| n/a | n/a |")
+
+
+def test_the_new_floor_beside_the_old_one(older: JSON) -> None:
+    results = _with_new_figures(older)
+    page = _rendered(results)
+    operator, floor = results["release.apply.operator_s"]["median"], results["release.apply.floor_s"]["median"]
+    row = _line(_against_floor(page), "| v1.11.0 | ").split(" | ")
+    assert row[2:6] == ["6", fmt(floor), fmt(6.0 + floor), f"**{operator / (6.0 + floor):.2f}**"]
+    assert f"operator / (render floor + floor) = **{operator / (6.0 + floor):.2f}**" in page
+    assert f"apply phase / floor = **{9.0 / floor:.2f}**" in page
+    assert "`release.apply.render_floor_s`" in page     # in the release's table
