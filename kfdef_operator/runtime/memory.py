@@ -43,7 +43,8 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
     glibc gives a thread that finds the heaps busy a heap of its own, and keeps it. The threads that fetch and
     render decode a render's JSON (tens of MiB of objects, for a Kubeflow release) and hand it to the event loop,
     which frees it: the pages then stay resident in heaps no thread allocates from again, out of reach of
-    :func:`release_free_memory` for the most part (v1.11.0 at rest: 128 MiB with the default, 107 MiB with two).
+    :func:`release_free_memory` for the most part (v1.11.0 at rest after its first apply: 128 MiB with the
+    default, median of 3 runs; 107 MiB with two, one run; ``python -m bench.memory``).
     The operator's few threads mostly wait, so sharing two heaps costs them nothing measurable. Process-wide:
     call it before the first thread starts.
     """
