@@ -26,7 +26,7 @@ from kfdef_operator.controller.log_filters import RetriedThrottling
 from kfdef_operator.controller.reconciler import Settings
 from kfdef_operator.controller.scope import election_namespace, instance_identity, lease_name, watched_namespaces
 from kfdef_operator.runtime.election import ElectionConfig
-from kfdef_operator.runtime.memory import limit_tls_read_buffers
+from kfdef_operator.runtime.memory import limit_malloc_arenas, limit_tls_read_buffers
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -178,6 +178,7 @@ def run_operator(args: argparse.Namespace) -> int:
     except ValueError as error:  # ScopeError is one
         sys.stderr.write(f"error: {error}\n")
         return 2
+    limit_malloc_arenas()  # before the first thread
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
     settings = Settings(work_dir=args.work_dir or default_work_dir(), api_upgrade_default=args.api_upgrade,

@@ -310,11 +310,13 @@ class Healer:
         An object that exists when the create is sent was created by someone
         in the meantime: it is judged again, like any live object.
         """
-        # A deletion the watch just reported needs no GET first: the create is create-only, and a 409 means the
-        # object is back already, judged below like any live object.
+        # A deletion the watch reported needs no GET first while the watch still shows the object absent: the
+        # create is create-only, and a 409 means the object is back already, judged below like any live object. A
+        # retry finds it back more often than not (the reconcile re-created it meanwhile): judged, not sent again.
         live = None
+        absent = request.cause == DELETED and self._live.get(ref) is None
         for attempt in range(3):
-            if attempt or request.cause != DELETED:
+            if attempt or not absent:
                 live = await manager.kube.get(resource.path_of(ref))
             if live is None:
                 if ref in stack.run_once:

@@ -38,6 +38,9 @@ WatchTarget = tuple[Resource, str]
 _Key = tuple[str, str, str]  # group, kind, namespace ("" = cluster-wide)
 
 _WATCH_TIMEOUT_S = 290
+#: Objects per page of a listing. Pages bound what a listing holds decoded at once: the stamped CRDs of a Kubeflow
+#: release, listed whole at a start, weigh tens of MiB as objects (schemas, managed fields), which the heap kept.
+LIST_PAGE = 20
 
 
 def instance_label(live: LiveObject) -> str | None:
@@ -162,21 +165,26 @@ class Tracker:
         unchanged ones too, as ``SYNC``.
         """
         selector = INSTANCE_LABEL if owner_label is None else f"{INSTANCE_LABEL}={owner_label}"
-        listing = await self._kube.request("GET", resource.collection_path(namespace or None),
-                                           params={"labelSelector": selector})
         seen = set()
-        for item in listing.get("items") or []:
-            item.setdefault("apiVersion", resource.api_version)
-            item.setdefault("kind", resource.kind)
-            ref = ref_of(item)
-            seen.add(ref)
-            previous = self._objects.get(ref)
-            if previous is None:
-                self._dispatch("ADDED", item)
-            elif previous.resource_version != item["metadata"].get("resourceVersion"):
-                self._dispatch("MODIFIED", item)
-            elif owner_label is not None:
-                self._dispatch("SYNC", item)
+        continue_token: str | None = None
+        while True:
+            listing = await self._kube.request("GET", resource.collection_path(namespace or None), params={
+                "labelSelector": selector, "limit": LIST_PAGE, "continue": continue_token})
+            for item in listing.pop("items", None) or []:
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                ref = ref_of(item)
+                seen.add(ref)
+                previous = self._objects.get(ref)
+                if previous is None:
+                    self._dispatch("ADDED", item)
+                elif previous.resource_version != item["metadata"].get("resourceVersion"):
+                    self._dispatch("MODIFIED", item)
+                elif owner_label is not None:
+                    self._dispatch("SYNC", item)
+            continue_token = (listing.get("metadata") or {}).get("continue")
+            if not continue_token:
+                break
         # Objects that vanished while no watch was open.
         for ref, live in list(self._objects.items()):
             if not _covers(_key(resource, namespace), ref) or ref in seen:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import ordering
 from kfdef_operator.ssa.access import CRD_PATH, MERGE_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body
-from kfdef_operator.ssa.changeset import Action, Change, refusal
+from kfdef_operator.ssa.changeset import Action, Change, kept_answer, refusal
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Resource
@@ -156,7 +156,7 @@ class Applier:
         action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
         note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
         note = "; ".join(n for n in (unclaimed_note, note) if n)
-        return Change(ref, action, note, live=live)
+        return Change(ref, action, note, live=live if options.dry_run else kept_answer(live))
 
     async def _holder_missing(self, ownership: Ownership, live_meta: JSON) -> bool:
         """Whether the owner a stamp names is known not to exist (404). Any other answer (it exists, it may not be
@@ -269,7 +269,7 @@ class Applier:
             live, _ = await self.access.kube.apply(path, stamped, field_manager=ownership.field_manager)
         except KubeApiError as apply_error:
             return Change(ref, Action.FAILED, f"re-create: apply failed: {self.access.describe(apply_error)}")
-        return Change(ref, Action.CREATED, "re-created: an immutable field changed", live=live)
+        return Change(ref, Action.CREATED, "re-created: an immutable field changed", live=kept_answer(live))
 
     async def apply_stage(self, ownership: Ownership, items: list[tuple[JSON, Resource]],
                           known: Mapping[ObjectRef, Known] | None = None,

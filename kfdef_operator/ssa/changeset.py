@@ -52,9 +52,29 @@ _APPLIED = frozenset({Action.CREATED, Action.CONFIGURED, Action.UNCHANGED, Actio
 _WRITES = frozenset({Action.CREATED, Action.CONFIGURED, Action.ADOPTED, Action.DELETED, Action.RELEASED})
 
 
+def kept_answer(answer: JSON) -> JSON:
+    """What a :class:`Change` keeps of the server's answer to a write: kind, apiVersion and metadata (without
+    ``managedFields``), and of a CRD its spec without the versions' schemas and its status, which registering its
+    kinds and waiting until it is Established read.
+
+    An apply keeps every change until it ends: whole answers of a Kubeflow release (managed fields, status, CRD
+    schemas of hundreds of KiB) made the operator's peak memory, which its heap then kept at rest.
+    """
+    kept: JSON = {"apiVersion": answer.get("apiVersion"), "kind": answer.get("kind"),
+                  "metadata": {key: value for key, value in (answer.get("metadata") or {}).items()
+                               if key != "managedFields"}}
+    if answer.get("kind") == "CustomResourceDefinition":
+        spec = answer.get("spec") or {}
+        kept["spec"] = {**spec, "versions": [{key: value for key, value in version.items() if key != "schema"}
+                                             for version in spec.get("versions") or []]}
+        kept["status"] = answer.get("status") or {}
+    return kept
+
+
 @dataclass
 class Change:
-    """The action taken on one object, why, and the object the server returned (apply only)."""
+    """The action taken on one object, why, and the object the server returned (apply only; of a write,
+    :func:`kept_answer`)."""
 
     ref: ObjectRef
     action: Action

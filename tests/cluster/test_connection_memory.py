@@ -67,6 +67,6 @@ def kib_per_watch(kubeconfig: str, limited: bool) -> float:
 def test_an_open_watch_holds_a_small_read_buffer(control_plane):
     default = kib_per_watch(str(control_plane.kubeconfig), limited=False)
     limited = kib_per_watch(str(control_plane.kubeconfig), limited=True)
-    # asyncio's own buffer is 256 KiB per TLS connection, zeroed and so resident; the operator's is 64 KiB.
+    # asyncio's own buffer is 256 KiB per TLS connection, zeroed and so resident; the operator's is 16 KiB.
     assert default > 200, f"{default:.0f} KiB per watch without the limit: the probe no longer measures the buffer"
     assert limited < default - 150, f"{limited:.0f} KiB per watch with the limit, {default:.0f} KiB without"

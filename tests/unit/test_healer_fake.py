@@ -217,3 +217,23 @@ def test_a_deletion_while_the_watch_was_down_is_healed_once_it_is_back() -> None
     virtual_time.run(scenario())
     assert server.get(CM_PATH) is not None
     assert len(server.received("POST", "/namespaces/apps/configmaps")) == 1
+
+
+def test_a_retried_heal_of_an_object_created_again_meanwhile_sends_no_create() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.fail("POST", "/namespaces/apps/configmaps", 500, "etcdserver: leader changed", times=1)
+        server.remove(CM_PATH)
+        await asyncio.sleep(0.1)  # the first attempt failed; its retry waits 0.5 s
+        stamped = OWNER.stamp(config_map(), namespaced=True, adopted=False)
+        server.put(stamped, manager="kfdef-operator")  # as the reconcile's apply re-creates it meanwhile
+        await h.settle(2)
+        await h.close()
+        return h.stack.changes[ref_of(config_map())]
+
+    change = virtual_time.run(scenario())
+    assert [a.status for a in server.received("POST", "/namespaces/apps/configmaps")] == [500]
+    assert server.get(CM_PATH)["data"] == {"mode": "on"}
+    assert change.action is not Action.CONFLICT
