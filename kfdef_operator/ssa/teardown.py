@@ -32,6 +32,10 @@ from kfdef_operator.ssa.waits import Waits
 log = logging.getLogger(__name__)
 
 
+#: Custom resources per listing request when the teardown looks for those that still need a controller.
+_LIST_PAGE = 500
+
+
 @dataclass
 class TeardownResult:
     changes: ChangeSet = field(default_factory=ChangeSet)
@@ -86,9 +90,11 @@ class Removal:
         while left:
             wave = _waves(left, crds_waiting)[0]
             if crds_waiting is None and any(_is_crd(ref) for ref, _ in wave):
+                asked = time.monotonic()
                 crds_waiting = await self._crds_awaiting([ref for ref, _ in wave if _is_crd(ref)])
                 log.info("%s: teardown: %d of %d CRDs go with the Namespaces (no custom resource of theirs holds a "
-                         "finalizer)", ownership, len(wave) - len(crds_waiting), len(wave))
+                         "finalizer; listed in %.2f s)", ownership, len(wave) - len(crds_waiting), len(wave),
+                         time.monotonic() - asked)
                 wave = _waves(left, crds_waiting)[0]
             for ref, _ in wave:
                 del left[ref]
@@ -120,7 +126,7 @@ class Removal:
 
     async def _crds_awaiting(self, crds: list[ObjectRef]) -> set[ObjectRef]:
         """The CRDs whose live custom resources may still need a controller (:func:`ordering.awaits_controllers`),
-        from one metadata-only listing of each kind; so does a CRD whose custom resources could not be listed, or
+        from a metadata-only listing of each kind; so does a CRD whose custom resources could not be listed, or
         that serves nothing known (the CRDs' wave before the controllers' is the safe order, only slower)."""
         discovery = self.access.discovery
         if any(discovery.served_by_crd(ref.name) is None for ref in crds):
@@ -130,8 +136,18 @@ class Removal:
             resource = discovery.served_by_crd(ref.name)
             if resource is None:
                 return True
-            listing = await self.access.kube.request("GET", resource.collection_path(), accept=METADATA_ONLY)
-            return ordering.awaits_controllers(listing.get("items") or [])
+            # In pages: kube-apiserver reads those from etcd, where a kind nobody read since it started would first
+            # wait for its watch cache (answered 429, Retry-After 1 s).
+            params = {"limit": str(_LIST_PAGE)}
+            while True:
+                page = await self.access.kube.request("GET", resource.collection_path(), params=params,
+                                                      accept=METADATA_ONLY)
+                if ordering.awaits_controllers(page.get("items") or []):
+                    return True
+                next_page = (page.get("metadata") or {}).get("continue")
+                if not next_page:
+                    return False
+                params["continue"] = next_page
 
         answers = await self.access.gather([awaits(ref) for ref in crds])
         return {ref for ref, answer in zip(crds, answers, strict=True) if answer is not False}
