@@ -136,8 +136,8 @@ class Removal:
             resource = discovery.served_by_crd(ref.name)
             if resource is None:
                 return True
-            # In pages: kube-apiserver reads those from etcd, where a kind nobody read since it started would first
-            # wait for its watch cache (answered 429, Retry-After 1 s).
+            # In pages, which kube-apiserver reads from etcd: a whole listing of a kind nobody read since it started
+            # waits for that kind's watch cache (answered 429, Retry-After 1 s), most of the stack's kinds here.
             params = {"limit": str(_LIST_PAGE)}
             while True:
                 page = await self.access.kube.request("GET", resource.collection_path(), params=params,
