@@ -440,7 +440,13 @@ class FakeApiServer:
         for item in items:  # list items carry no apiVersion and kind
             item.pop("apiVersion", None)
             item.pop("kind", None)
-        return {"kind": f"{kind.kind}List", "metadata": {"resourceVersion": str(self._last_version())},
+        metadata = {"resourceVersion": str(self._last_version())}
+        if params.get("limit"):  # pages; the continue token here is where the next page starts
+            start, limit = int(params.get("continue") or 0), int(params["limit"])
+            if start + limit < len(items):
+                metadata["continue"] = str(start + limit)
+            items = items[start:start + limit]
+        return {"kind": f"{kind.kind}List", "metadata": metadata,
                 "items": [{"metadata": item["metadata"]} if metadata_only else item for item in items]}
 
     def _last_version(self) -> int:

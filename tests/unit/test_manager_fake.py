@@ -222,6 +222,27 @@ def test_a_crd_goes_before_the_controllers_only_while_custom_resources_with_fina
     assert server.objects() == []
 
 
+def test_a_finalizer_on_a_later_page_of_custom_resources_holds_the_crd_before_the_namespaces() -> None:
+    server = FakeApiServer()
+    objects = [namespace("apps"), crd(GROUP, "Widget")]
+
+    async def scenario():
+        manager = await manager_on(server)
+        await apply_all(manager, objects)
+        for index in range(600):  # made by a controller; the last one, on the second page, holds a finalizer
+            made = widget(f"made-{index:03}")
+            made["metadata"]["finalizers"] = ["example.com/cleanup"] if index == 599 else []
+            server.put(made)
+        return await teardown_finalized_later(server, manager, objects, server.path_of(widget("made-599")))
+
+    started, result = virtual_time.run(scenario())
+    assert result.done, result.remaining
+    listed = [r for r in server.received("GET", f"/apis/{GROUP}/v1/widgets") if r.path.endswith("/widgets")]
+    assert len(listed) == 2, "in pages"
+    deletes = {r.path.rpartition("/")[2]: r.at for r in server.received("DELETE")}
+    assert deletes[f"widgets.{GROUP}"] < started + 1 and deletes["apps"] >= started + 30
+
+
 def test_a_delete_answered_404_counts_as_gone_and_a_replaced_object_is_kept() -> None:
     server = FakeApiServer()
     server.put(namespace("apps"))
