@@ -329,12 +329,12 @@ def _misses(results: JSON) -> list[str]:
                 f"- **teardown ({label})**: "
                 + (f"the operator's waves (objects, kinds, seconds until each was gone; medians): {waves}. " if waves
                    else "")
-                + "The CRDs' wave waits for kube-apiserver to finalize each CRD (its `customresourcecleanup` "
-                "finalizer, a few workers for all of them); the last wave waits for the Namespaces, which "
-                "kube-controller-manager starts to empty only 5 s after their deletion (`namespaceDeletionGracePeriod`"
-                "). The floor deletes everything at once, so the two waits overlap. The operator deletes the "
-                "Namespaces, which hold the controllers, only once the CRDs are gone: a custom resource whose "
-                "finalizer no controller removes any more would keep its CRD for ever.")
+                + "The last wave waits for the Namespaces, which kube-controller-manager starts to empty only 5 s "
+                "after their deletion (`namespaceDeletionGracePeriod`), and for kube-apiserver to finalize each CRD "
+                "sent with them (its `customresourcecleanup` finalizer, a few workers for all of them). Only CRDs "
+                "with a custom resource that carries a finalizer go in a wave of their own before it, while the "
+                "controllers in the Namespaces still run: a custom resource whose finalizer no controller removes any "
+                "more would keep its CRD for ever. The floor deletes everything at once, in no waves.")
     if "release.rss_mb" in missed or "memory" in missed:
         notes.append(
             "- **memory**: besides its code (69 MiB at start), the operator at rest holds one connection per "

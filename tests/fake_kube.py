@@ -440,7 +440,13 @@ class FakeApiServer:
         for item in items:  # list items carry no apiVersion and kind
             item.pop("apiVersion", None)
             item.pop("kind", None)
-        return {"kind": f"{kind.kind}List", "metadata": {"resourceVersion": str(self._last_version())},
+        metadata = {"resourceVersion": str(self._last_version())}
+        if params.get("limit"):  # pages; the continue token here is where the next page starts
+            start, limit = int(params.get("continue") or 0), int(params["limit"])
+            if start + limit < len(items):
+                metadata["continue"] = str(start + limit)
+            items = items[start:start + limit]
+        return {"kind": f"{kind.kind}List", "metadata": metadata,
                 "items": [{"metadata": item["metadata"]} if metadata_only else item for item in items]}
 
     def _last_version(self) -> int:
@@ -556,16 +562,17 @@ class FakeApiServer:
             return [(self.kinds[key[:2]], o) for key, o in self._objects.items() if key[:2] == served]
         return []
 
-    def _parent(self, kind: Resource, obj: JSON) -> tuple[Resource, JSON] | None:
-        """The Namespace an object lives in, or the CRD of a custom resource, when stored."""
+    def _parents(self, kind: Resource, obj: JSON) -> list[tuple[Resource, JSON]]:
+        """The Namespace an object lives in and the CRD of a custom resource, those stored."""
+        parents = []
         if kind.namespaced:
             namespaces = self.kinds[("", "namespaces")]
             found = self._objects.get(self._key(namespaces, None, obj["metadata"].get("namespace", "")))
             if found is not None:
-                return namespaces, found
+                parents.append((namespaces, found))
         crds = self.kinds[(CRD_GROUP, "customresourcedefinitions")]
         crd = self._objects.get(self._key(crds, None, f"{kind.plural}.{kind.group}"))
-        return (crds, crd) if crd is not None else None
+        return parents + [(crds, crd)] if crd is not None else parents
 
     def _erase(self, kind: Resource, obj: JSON) -> None:
         meta = obj["metadata"]
@@ -582,9 +589,9 @@ class FakeApiServer:
             served = (spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
             self.kinds.pop(served, None)
             self._versions.pop(served, None)
-        parent = self._parent(kind, obj)
-        if parent is not None and self._done_terminating(*parent):
-            self._erase(*parent)
+        for parent in self._parents(kind, obj):
+            if self._done_terminating(*parent):
+                self._erase(*parent)
 
     def _done_terminating(self, kind: Resource, obj: JSON) -> bool:
         meta = obj["metadata"]

@@ -116,6 +116,16 @@ class Discovery:
     def cached(self, api_version: str, kind: str) -> Resource | None:
         return self._resources.get((api_version, kind))
 
+    def served_by_crd(self, crd_name: str) -> Resource | None:
+        """The resource a CRD named ``<plural>.<group>`` serves as far as the cache knows, in its preferred
+        version."""
+        plural, _, group = crd_name.partition(".")
+        matches = [r for r in self._resources.values() if r.group == group and r.plural == plural]
+        if not matches:
+            return None
+        preferred = self._preferred.get((group, matches[0].kind))
+        return next((r for r in matches if r.version == preferred), matches[0])
+
     async def resource(self, api_version: str, kind: str) -> Resource:
         """The resource serving this kind, refreshing discovery once on a miss."""
         found = self._resources.get((api_version, kind))

@@ -12,16 +12,18 @@ engines do it, so that nothing is applied before what it needs exists:
    stack's own objects.
 
 Teardown: admission first (so webhooks cannot block deletes), then custom
-resources (while their controllers still run), then CRDs (while those
-controllers still run too: deleting a CRD deletes the custom resources nobody
-listed, such as those its controller made, and the CRD stays until each is
-gone, finalizers included), then everything else at once, Namespaces first.
+resources (while their controllers still run), then the CRDs whose remaining
+custom resources carry finalizers (while those controllers still run too:
+deleting a CRD deletes the custom resources nobody listed, such as those its
+controller made, and the CRD stays until each is gone, finalizers included),
+then everything else at once, Namespaces first, with the CRDs that need no
+controller any more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 PREREQUISITES = "prerequisites"
 RESOURCES = "resources"
@@ -92,27 +94,49 @@ def group_by_stage(items: Sequence[T], kind_of: Callable[[T], str]) -> dict[str,
     return stages
 
 
-def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom: Callable[[T], bool]) -> list[list[T]]:
+def awaits_controllers(custom_resources: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a CRD must be deleted while the stack's controllers still run, given the metadata of its live custom
+    resources: one of them carries a finalizer.
+
+    Deleting a CRD deletes its custom resources, and kube-apiserver drops the
+    CRD only once each is gone. A finalizer goes only when whoever put it there
+    removes it, which may be a controller the stack runs; which one cannot be
+    told, so any finalizer counts (kube's own garbage-collector finalizers
+    included: rare on a custom resource, and a dependent they wait for may need
+    a controller). Custom resources without finalizers go at once, so a CRD
+    with none of them, or none at all, needs nobody.
+    """
+    return any((item.get("metadata") or {}).get("finalizers") for item in custom_resources)
+
+
+def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom: Callable[[T], bool],
+                   crd_waits: Callable[[T], bool] = lambda _: True) -> list[list[T]]:
     """Items in the waves a teardown deletes them in; each wave is waited on before the next.
 
     ``is_custom(item)`` tells custom resources apart. They go right after
-    admission objects, and CRDs right after them, while the controllers that
-    may hold finalizers on custom resources still run: kube-apiserver deletes
-    a CRD only once every object of its kind is gone, re-checking every 5 s.
+    admission objects. ``crd_waits(item)`` tells the CRDs that must go before
+    the stack's controllers (:func:`awaits_controllers`; by default all): they
+    go right after the custom resources, while the controllers that may hold
+    finalizers on their custom resources still run: kube-apiserver deletes a
+    CRD only once every object of its kind is gone, re-checking every 5 s.
     Custom resources are not deleted together with their CRDs: kube-apiserver
     would then wait for one that a finalizer holds in steps of 5 s. The rest
     goes last, in one wave: Namespaces first, since kube-controller-manager
     waits 5 s before it empties a deleted namespace (its
     ``namespaceDeletionGracePeriod``), a wait that should pass while the other
-    deletes are sent; then the other kinds in reverse install order.
+    deletes are sent; then the CRDs that need no controller, whose cleanup by
+    kube-apiserver (a few workers for all CRDs) then overlaps with that wait;
+    then the other kinds in reverse install order.
     """
-    admission, custom, rest, crds, namespaces = [], [], [], [], []
+    admission, custom, rest, namespaces = [], [], [], []
+    crds: list[T] = []  # before the controllers go
+    crds_last: list[T] = []  # with the Namespaces
     for item in items:
         kind = kind_of(item)
         if kind in _ADMISSION_KINDS:
             admission.append(item)
         elif kind == "CustomResourceDefinition":
-            crds.append(item)
+            (crds if crd_waits(item) else crds_last).append(item)
         elif kind == "Namespace":
             namespaces.append(item)
         elif is_custom(item):
@@ -120,4 +144,4 @@ def teardown_waves(items: Iterable[T], kind_of: Callable[[T], str], *, is_custom
         else:
             rest.append(item)
     rest.sort(key=lambda i: install_rank(kind_of(i)), reverse=True)
-    return [wave for wave in (admission, custom, crds, namespaces + rest) if wave]
+    return [wave for wave in (admission, custom, crds, namespaces + crds_last + rest) if wave]

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from kfdef_operator.ssa import aggregation, ordering
-from kfdef_operator.ssa.access import MERGE_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body, dry_run_params
+from kfdef_operator.ssa.access import (
+    MERGE_PATCH,
+    METADATA_ONLY,
+    ONE_METADATA_ONLY,
+    ApiAccess,
+    delete_body,
+    dry_run_params,
+)
 from kfdef_operator.ssa.changeset import Action, Change, ChangeSet, Progress
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError
@@ -23,6 +30,10 @@ from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.waits import Waits
 
 log = logging.getLogger(__name__)
+
+
+#: Custom resources per listing request when the teardown looks for those that still need a controller.
+_LIST_PAGE = 500
 
 
 @dataclass
@@ -35,9 +46,16 @@ class TeardownResult:
         return not self.remaining
 
 
-def _waves(objects: Mapping[ObjectRef, str]) -> list[list[tuple[ObjectRef, str]]]:
+def _waves(objects: Mapping[ObjectRef, str],
+           crds_waiting: Collection[ObjectRef] | None = None) -> list[list[tuple[ObjectRef, str]]]:
+    """Teardown waves of ``objects``; the CRDs not in ``crds_waiting`` join the last wave (None: every CRD waits)."""
     return ordering.teardown_waves(list(objects.items()), lambda item: item[0].kind,
-                                   is_custom=lambda item: ordering.is_custom_group(item[0].group))
+                                   is_custom=lambda item: ordering.is_custom_group(item[0].group),
+                                   crd_waits=lambda item: crds_waiting is None or item[0] in crds_waiting)
+
+
+def _is_crd(ref: ObjectRef) -> bool:
+    return ref.kind == "CustomResourceDefinition"
 
 
 class Removal:
@@ -61,10 +79,25 @@ class Removal:
 
     async def teardown(self, ownership: Ownership, inventory: Mapping[ObjectRef, str], *, wave_timeout: float = 60.0,
                        progress: Progress | None = None) -> TeardownResult:
-        """Delete (or release) everything in the inventory, wave by wave, waiting until each wave is gone."""
+        """Delete (or release) everything in the inventory, wave by wave, waiting until each wave is gone.
+
+        Which CRDs wait for a wave of their own, before the stack's controllers go, is decided per CRD when their
+        turn comes, from their custom resources left once the stack's own are gone (:meth:`_crds_awaiting`).
+        """
         result = TeardownResult()
-        done = 0
-        for wave in _waves(inventory):
+        left = dict(inventory)
+        crds_waiting: set[ObjectRef] | None = None
+        while left:
+            wave = _waves(left, crds_waiting)[0]
+            if crds_waiting is None and any(_is_crd(ref) for ref, _ in wave):
+                asked = time.monotonic()
+                crds_waiting = await self._crds_awaiting([ref for ref, _ in wave if _is_crd(ref)])
+                log.info("%s: teardown: %d of %d CRDs go with the Namespaces (no custom resource of theirs holds a "
+                         "finalizer; listed in %.2f s)", ownership, len(wave) - len(crds_waiting), len(wave),
+                         time.monotonic() - asked)
+                wave = _waves(left, crds_waiting)[0]
+            for ref, _ in wave:
+                del left[ref]
             wave_started = time.monotonic()
             answers = await self._remove_wave(ownership, wave)
             sent_s = time.monotonic() - wave_started
@@ -84,13 +117,40 @@ class Removal:
                     result.changes.extend([Change(ref, Action.DELETED)])
                 else:
                     result.remaining.append((ref, waited if isinstance(waited, str) else f"still there: {waited}"))
-            done += len(wave)
             log.info("%s: teardown wave of %d object(s) (%s): deletes sent in %.2f s, waited on until %.2f s",
                      ownership, len(wave), ", ".join(sorted({ref.kind for ref, _ in wave})), sent_s,
                      time.monotonic() - wave_started)
             if progress is not None:
-                await progress("teardown", done, len(inventory))
+                await progress("teardown", len(inventory) - len(left), len(inventory))
         return result
+
+    async def _crds_awaiting(self, crds: list[ObjectRef]) -> set[ObjectRef]:
+        """The CRDs whose live custom resources may still need a controller (:func:`ordering.awaits_controllers`),
+        from a metadata-only listing of each kind; so does a CRD whose custom resources could not be listed, or
+        that serves nothing known (the CRDs' wave before the controllers' is the safe order, only slower)."""
+        discovery = self.access.discovery
+        if any(discovery.served_by_crd(ref.name) is None for ref in crds):
+            await discovery.refresh()  # established by someone else since discovery was read
+
+        async def awaits(ref: ObjectRef) -> bool:
+            resource = discovery.served_by_crd(ref.name)
+            if resource is None:
+                return True
+            # In pages, which kube-apiserver reads from etcd: a whole listing of a kind nobody read since it started
+            # waits for that kind's watch cache (answered 429, Retry-After 1 s), most of the stack's kinds here.
+            params = {"limit": str(_LIST_PAGE)}
+            while True:
+                page = await self.access.kube.request("GET", resource.collection_path(), params=params,
+                                                      accept=METADATA_ONLY)
+                if ordering.awaits_controllers(page.get("items") or []):
+                    return True
+                next_page = (page.get("metadata") or {}).get("continue")
+                if not next_page:
+                    return False
+                params["continue"] = next_page
+
+        answers = await self.access.gather([awaits(ref) for ref in crds])
+        return {ref for ref, answer in zip(crds, answers, strict=True) if answer is not False}
 
     def _failed(self, ref: ObjectRef, error: BaseException) -> Change:
         message = self.access.describe(error) if isinstance(error, KubeApiError) else str(error)

@@ -11,6 +11,7 @@ from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.manager import ResourceManager
+from kfdef_operator.ssa.teardown import TeardownResult
 from tests import virtual_time
 from tests.fake_kube import FakeApiServer, Received
 from tests.stacks import crd
@@ -153,6 +154,23 @@ def test_an_immutable_field_re_creates_a_stateless_object_the_owner_created_but_
     assert not server.received("DELETE", "/configmaps/c1")
 
 
+async def teardown_finalized_later(server: FakeApiServer, manager: ResourceManager, objects: list[dict],
+                                  path: str) -> tuple[float, TeardownResult]:
+    """``objects`` torn down while the finalizers of the object at ``path`` are removed 30 s on (its controller's
+    work); the virtual time the teardown started and its result."""
+    started = virtual_time.now()
+
+    async def release_later():
+        await asyncio.sleep(30)
+        server.modify(path, lambda obj: obj["metadata"].__setitem__("finalizers", []))
+
+    releaser = asyncio.create_task(release_later())
+    inventory = {ref_of(obj): obj["apiVersion"].rpartition("/")[2] for obj in objects}
+    result = await manager.teardown(OWNER, inventory, wave_timeout=120)
+    await releaser
+    return started, result
+
+
 def test_teardown_deletes_in_waves_each_awaited_before_the_next() -> None:
     server = FakeApiServer()
     objects = [namespace("apps"), config_map("c1"), crd(GROUP, "Widget"), widget("w1"), webhook("guard")]
@@ -163,25 +181,66 @@ def test_teardown_deletes_in_waves_each_awaited_before_the_next() -> None:
         # The custom resource holds a finalizer for 30 s: the CRD wave must wait for it.
         path = server.path_of(widget("w1"))
         server.modify(path, lambda obj: obj["metadata"].__setitem__("finalizers", ["example.com/cleanup"]))
-        loop_time = virtual_time.now()
-
-        async def release_later():
-            await asyncio.sleep(30)
-            server.modify(path, lambda obj: obj["metadata"].__setitem__("finalizers", []))
-
-        releaser = asyncio.create_task(release_later())
-        inventory = {ref_of(obj): obj["apiVersion"].rpartition("/")[2] for obj in objects}
-        result = await manager.teardown(OWNER, inventory, wave_timeout=120)
-        await releaser
-        return loop_time, result
+        return await teardown_finalized_later(server, manager, objects, path)
 
     started, result = virtual_time.run(scenario())
     assert result.done, result.remaining
     deletes = {r.path.rpartition("/")[2]: r.at for r in server.received("DELETE")}
     assert deletes["guard"] <= deletes["w1"], "admission objects first"
-    assert deletes[f"widgets.{GROUP}"] >= started + 30, "the CRD wave waits until its custom resources are gone"
-    assert deletes["apps"] >= deletes[f"widgets.{GROUP}"]
+    assert deletes[f"widgets.{GROUP}"] >= started + 30, "the CRD waits until its custom resources are gone"
     assert server.objects() == []
+
+
+def test_a_crd_goes_before_the_controllers_only_while_custom_resources_with_finalizers_are_left() -> None:
+    """Decided per CRD once the stack's own custom resources are gone: one whose remaining custom resources carry a
+    finalizer (or that cannot be listed) goes in a wave of its own before the Namespaces, which hold the controllers;
+    the others go with the Namespaces, so that their cleanup overlaps with the Namespaces' grace period."""
+    server = FakeApiServer()
+    kinds = {"Widget": "widgets", "Gadget": "gadgets", "Thing": "things", "Part": "parts"}
+    objects = [namespace("apps"), config_map("c1"), *[crd(GROUP, kind) for kind in kinds]]
+
+    def made_by_a_controller(kind: str, name: str, **meta) -> dict:
+        return {"apiVersion": f"{GROUP}/v1", "kind": kind, "metadata": {"name": name, "namespace": "apps", **meta}}
+
+    async def scenario():
+        manager = await manager_on(server)
+        await apply_all(manager, objects)
+        # Not the stack's: a controller's Widget with its finalizer, released 30 s on; a Gadget without finalizers.
+        held = server.put(made_by_a_controller("Widget", "made", finalizers=["example.com/cleanup"]))
+        server.put(made_by_a_controller("Gadget", "made"))
+        server.fail("GET", f"/apis/{GROUP}/v1/parts", 403, "forbidden", reason="Forbidden")
+        return await teardown_finalized_later(server, manager, objects, server.path_of(held))
+
+    started, result = virtual_time.run(scenario())
+    assert result.done, result.remaining
+    deletes = {r.path.rpartition("/")[2]: r.at for r in server.received("DELETE")}
+    assert deletes["apps"] >= started + 30, "the Namespace waits for the CRD whose custom resource holds a finalizer"
+    assert deletes[f"widgets.{GROUP}"] < started + 1
+    assert deletes[f"parts.{GROUP}"] < started + 1, "a CRD whose custom resources cannot be listed waits too"
+    for free in ("gadgets", "things"):  # with the Namespace, sent after it
+        assert deletes["apps"] <= deletes[f"{free}.{GROUP}"] < started + 31, deletes
+    assert server.objects() == []
+
+
+def test_a_finalizer_on_a_later_page_of_custom_resources_holds_the_crd_before_the_namespaces() -> None:
+    server = FakeApiServer()
+    objects = [namespace("apps"), crd(GROUP, "Widget")]
+
+    async def scenario():
+        manager = await manager_on(server)
+        await apply_all(manager, objects)
+        for index in range(600):  # made by a controller; the last one, on the second page, holds a finalizer
+            made = widget(f"made-{index:03}")
+            made["metadata"]["finalizers"] = ["example.com/cleanup"] if index == 599 else []
+            server.put(made)
+        return await teardown_finalized_later(server, manager, objects, server.path_of(widget("made-599")))
+
+    started, result = virtual_time.run(scenario())
+    assert result.done, result.remaining
+    listed = [r for r in server.received("GET", f"/apis/{GROUP}/v1/widgets") if r.path.endswith("/widgets")]
+    assert len(listed) == 2, "in pages"
+    deletes = {r.path.rpartition("/")[2]: r.at for r in server.received("DELETE")}
+    assert deletes[f"widgets.{GROUP}"] < started + 1 and deletes["apps"] >= started + 30
 
 
 def test_a_delete_answered_404_counts_as_gone_and_a_replaced_object_is_kept() -> None:

@@ -11,6 +11,7 @@ from kfdef_operator.ssa.ordering import (
     PREREQUISITES,
     RESOURCES,
     STAGES,
+    awaits_controllers,
     group_by_stage,
     install_rank,
     is_custom_group,
@@ -195,6 +196,34 @@ def test_teardown_keeps_input_order_within_a_wave():
 def test_teardown_accepts_a_one_shot_iterable():
     waves = teardown_waves(iter([("Notebook", "a"), ("Service", "b")]), kind_of, is_custom=is_custom)
     assert waves == [[("Notebook", "a")], [("Service", "b")]]
+
+
+def test_crds_that_need_no_controller_go_with_the_namespaces_after_them():
+    items = [("Deployment", "web"), ("CustomResourceDefinition", "held"), ("Namespace", "ns"),
+             ("CustomResourceDefinition", "free"), ("Notebook", "nb")]
+
+    waves = teardown_waves(items, kind_of, is_custom=is_custom, crd_waits=lambda item: item[1] == "held")
+
+    assert waves == [[("Notebook", "nb")], [("CustomResourceDefinition", "held")],
+                     [("Namespace", "ns"), ("CustomResourceDefinition", "free"), ("Deployment", "web")]]
+    assert teardown_waves(items, kind_of, is_custom=is_custom, crd_waits=lambda item: False) == [
+        [("Notebook", "nb")],
+        [("Namespace", "ns"), ("CustomResourceDefinition", "held"), ("CustomResourceDefinition", "free"),
+         ("Deployment", "web")]]
+
+
+@pytest.mark.parametrize("custom_resources, awaits", [
+    ([], False),
+    ([{"metadata": {"name": "a"}}, {"metadata": {"name": "b", "finalizers": []}}], False),
+    ([{"metadata": {"name": "a"}}, {"metadata": {"name": "b", "finalizers": ["example.com/cleanup"]}}], True),
+    ([{"metadata": {"name": "a", "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["x.io/y"]}}], True),
+    # kube's own: removed by the garbage collector, but a dependent it waits for may need a controller
+    ([{"metadata": {"name": "a", "finalizers": ["foregroundDeletion"]}}], True),
+    ([{}], False),
+])
+def test_a_crd_awaits_controllers_while_a_custom_resource_of_it_holds_a_finalizer(custom_resources, awaits):
+    assert awaits_controllers(custom_resources) is awaits
+    assert awaits_controllers(iter(custom_resources)) is awaits
 
 
 @given(st.lists(st.tuples(st.sampled_from(ALL_KINDS), st.integers(0, 5))))
