@@ -87,6 +87,7 @@ class ApplyStep:
                 await writer.update()
 
         desired, upgraded = await self._builder.build(stack, kfdef, body, step)
+        built_at = time.monotonic()  # a watch listing from now on compares the objects with this desired state
         # Before the run's first write of the report: the status still holds the last one.
         settled = self._settled_refusals(stack, announce=announce)
         if announce:  # written with the inventory of the objects about to be created: one write
@@ -98,7 +99,8 @@ class ApplyStep:
         await self._prune(stack, manager)
         stack.record_apply(changes)
         if not announce:  # a resync: also catch drift that no watch event showed
-            await self._tracker.resync(stack.owner.label, self._registry.targets([stack]))
+            await self._tracker.resync(stack.owner.label, self._registry.targets([stack]),
+                                       unless_listed_since=built_at)
         self._healer.applied(stack)
         self._refresher.refresh_after(self._health_timeout + 1, stack.key)
         reported = stack.status.get("failures")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Callable, Iterable
 
 from kfdef_operator.api.names import INSTANCE_LABEL
@@ -38,9 +40,11 @@ WatchTarget = tuple[Resource, str]
 _Key = tuple[str, str, str]  # group, kind, namespace ("" = cluster-wide)
 
 _WATCH_TIMEOUT_S = 290
-#: Objects per page of a listing. Pages bound what a listing holds decoded at once: the stamped CRDs of a Kubeflow
-#: release, listed whole at a start, weigh tens of MiB as objects (schemas, managed fields), which the heap kept.
-LIST_PAGE = 20
+#: Objects per page of a listing, as kubectl chunks its lists.
+LIST_PAGE = 500
+#: CRDs per page: the stamped CRDs of a Kubeflow release, listed whole at a start, weigh tens of MiB as objects
+#: (schemas, managed fields), which the heap kept; small pages bound what a listing holds decoded at once.
+CRD_LIST_PAGE = 20
 
 
 def instance_label(live: LiveObject) -> str | None:
@@ -58,6 +62,7 @@ class Tracker:
         self._objects: dict[ObjectRef, LiveObject] = {}
         self._watches: dict[_Key, asyncio.Task[None]] = {}
         self._synced: dict[_Key, asyncio.Event] = {}
+        self._listed_at: dict[_Key, float] = {}  # when each watch's latest full listing began (monotonic)
         self._refused: dict[_Key, KubeApiError] = {}  # first listing refused (403): no use waiting
         self._waiters: dict[ObjectRef, list[asyncio.Future[None]]] = {}
 
@@ -121,6 +126,7 @@ class Tracker:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             self._synced.pop(key, None)
+            self._listed_at.pop(key, None)
             self._refused.pop(key, None)
             for ref in [r for r in self._objects if _covers(key, r)]:
                 del self._objects[ref]
@@ -147,14 +153,18 @@ class Tracker:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def resync(self, owner_label: str, targets: Iterable[WatchTarget]) -> None:
+    async def resync(self, owner_label: str, targets: Iterable[WatchTarget], *, unless_listed_since: float) -> None:
         """List one owner's objects of these kinds again and hand every one to the listener as ``SYNC``.
 
         Catches what no watch event showed (drift the operator never saw change) at the cost of one LIST per
         kind; unchanged objects cost the listener a local comparison only. Objects of the owner that are gone
-        are reported ``DELETED``.
+        are reported ``DELETED``. A kind whose watch began a full listing at or after ``unless_listed_since``
+        (monotonic) is skipped: that listing handed every object to the listener already (a start's first run).
         """
         for resource, namespace in targets:
+            key = _key(resource, namespace)
+            if self._listed_at.get(key, -math.inf) >= unless_listed_since:
+                continue
             if self.is_watched(resource.group, resource.kind, namespace):
                 await self._relist(resource, namespace, owner_label=owner_label)
 
@@ -165,11 +175,12 @@ class Tracker:
         unchanged ones too, as ``SYNC``.
         """
         selector = INSTANCE_LABEL if owner_label is None else f"{INSTANCE_LABEL}={owner_label}"
+        page = CRD_LIST_PAGE if resource.kind == "CustomResourceDefinition" else LIST_PAGE
         seen = set()
         continue_token: str | None = None
         while True:
             listing = await self._kube.request("GET", resource.collection_path(namespace or None), params={
-                "labelSelector": selector, "limit": LIST_PAGE, "continue": continue_token})
+                "labelSelector": selector, "limit": page, "continue": continue_token})
             for item in listing.pop("items", None) or []:
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
@@ -204,6 +215,7 @@ class Tracker:
         while True:
             try:
                 if resource_version is None:
+                    self._listed_at[key] = time.monotonic()
                     resource_version = await self._relist(resource, namespace)
                     self._refused.pop(key, None)
                     self._synced[key].set()

@@ -283,6 +283,18 @@ def test_normalize_does_not_mutate_and_adds_missing_metadata():
     assert normalized["metadata"] == {}
 
 
+@pytest.mark.parametrize("rendered", [
+    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "uid": "u", "managedFields": [{}]},
+     "data": {"a": "YQ=="}, "stringData": {"k": "v"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "agg"},
+     "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}, "rules": [{"verbs": ["get"]}]},
+], ids=["secret", "aggregated-cluster-role"])
+def test_normalize_copies_every_part_it_changes(rendered):
+    pristine = copy.deepcopy(rendered)
+    normalized = normalize(rendered)
+    assert normalized != pristine and rendered == pristine
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # release_patch, reconcile_disabled
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from kfdef_operator.api.names import FINALIZER, kfdef_path
 from kfdef_operator.build.isolated import IsolatedRender
@@ -75,9 +76,10 @@ def cluster() -> FakeApiServer:
 
 
 @contextlib.asynccontextmanager
-async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | None = None
-                   ) -> AsyncIterator[Reconciler]:
-    """A started Reconciler handed the KfDef's watch events (as kopf does), and the KfDef created."""
+async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | None = None,
+                   create: bool = True) -> AsyncIterator[Reconciler]:
+    """A started Reconciler handed the KfDef's watch events (as kopf does), and the KfDef created (unless
+    ``create`` is false: a restart finds it)."""
     settings = Settings(work_dir=repo.parent / "work", renderer=CannedRender(objects=OBJECTS),
                         fetch_options=FetchOptions.from_env({}, local_roots=(repo.parent,)), work_threads=1)
     reconciler = Reconciler(server.client(), settings, gate=gate)
@@ -90,7 +92,8 @@ async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | N
             reconciler.observe(event["type"], event["object"])
 
     feed = asyncio.create_task(follow())
-    server.put(kfdef(repo))
+    if create:
+        server.put(kfdef(repo))
     try:
         yield reconciler
     finally:
@@ -104,6 +107,11 @@ async def until(check: Callable[[], object], *, within: float = 120.0) -> None:
     while not check():
         assert virtual_time.now() < deadline, "not reached in time"
         await asyncio.sleep(0.5)
+
+
+def succeeded() -> float:
+    """Runs that succeeded so far, in this process (the operator's metric)."""
+    return REGISTRY.get_sample_value("kfdef_reconcile_duration_seconds_count", {"result": "success"}) or 0.0
 
 
 def condition(server: FakeApiServer, kind: str) -> dict:
@@ -168,6 +176,27 @@ def test_an_object_refused_for_its_content_is_reported_once_and_sent_again_only_
     assert at_rest == [], "a refusal for content is not sent again, nor reported again, before the resync"
     first, second = server.received("PATCH", f"{CM_COLLECTION}/second")
     assert 540 <= second.at - first.answered_at <= 660 + 10, "sent again at the resync"
+
+
+def test_a_restart_lists_each_kind_once_and_still_puts_back_what_changed_while_the_operator_was_down(repo) -> None:
+    server = cluster()
+    first = f"{CM_COLLECTION}/first"
+
+    async def scenario():
+        async with operator(server, repo):
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+        server.modify(first, lambda obj: obj["data"].__setitem__("k", "changed while down"))
+        restarted, runs = len(server.log), succeeded()
+        async with operator(server, repo, create=False):
+            await until(lambda: succeeded() > runs and server.get(first)["data"] == {"k": "v"})
+        return server.log[restarted:]
+
+    after_restart = virtual_time.run(scenario())
+    listings = [r for r in after_restart
+                if r.method == "GET" and r.path.endswith("/configmaps") and not r.params.get("watch")]
+    assert len(listings) == 1, "the watch's first listing compares every object; the run does not list them again"
+    assert [r.path for r in after_restart if r.method == "PATCH" and r.path.startswith(CM_COLLECTION)
+            and not r.dry_run] == [first], "only the changed object is sent again"
 
 
 def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from kfdef_operator.runtime.tracker import LIST_PAGE, Tracker
+from kfdef_operator.runtime.tracker import CRD_LIST_PAGE, LIST_PAGE, Tracker
 from kfdef_operator.ssa.discovery import Resource
 
 CONFIG_MAPS = Resource("", "v1", "ConfigMap", "configmaps", True)
+CRDS = Resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False)
 
 
 def _config_map(name: str) -> dict:
@@ -45,3 +46,14 @@ def test_every_page_is_listed_and_dispatched_and_vanished_objects_are_reported()
     kube.names = ["a", "c", "e"]  # b and d deleted while no watch was open
     asyncio.run(tracker._relist(CONFIG_MAPS, ""))
     assert events == [("DELETED", "b"), ("DELETED", "d")]
+
+
+def test_crds_are_listed_in_smaller_pages_than_other_kinds() -> None:
+    """A release's CRDs are heavy (schemas): few per page bound the decoded listing; other kinds come as kubectl
+    chunks them, so that a start sends a few listings rather than dozens."""
+    kube = PagedKube(["a"])
+    tracker = Tracker(kube, lambda *_: None)  # type: ignore[arg-type]
+    asyncio.run(tracker._relist(CRDS, ""))
+    asyncio.run(tracker._relist(CONFIG_MAPS, ""))
+    assert [call["limit"] for call in kube.calls] == [CRD_LIST_PAGE, LIST_PAGE]
+    assert CRD_LIST_PAGE < LIST_PAGE == 500
