@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as ``python bench/memory.py``
     __package__ = "bench"  # noqa: A001
 
 from . import heal, operator_runs, release  # noqa: E402
-from .context import Bench  # noqa: E402
+from .context import Bench, stack_resources  # noqa: E402
 from .scale import RSS_SETTLE_S  # noqa: E402
 from .standalone import run_alone  # noqa: E402
 from .stats import percentile, summary  # noqa: E402
@@ -76,11 +76,12 @@ async def release_rounds(bench: Bench, rounds: int) -> dict[str, list]:
 
 
 async def heal_round(bench: Bench, trials: int) -> list[float]:
-    """Milliseconds of ``trials`` Deployment heals on the synthetic workload, after a no-op restart."""
+    """Milliseconds of ``trials`` Deployment heals on the synthetic workload, after a no-op restart (its resume
+    reconcile done, as in ``python -m bench``: a delete during that reconcile measures the reconcile)."""
     await asyncio.to_thread(bench.operator.restart)
     workload, uri = bench.new_workload(1.0)
     deployed = await operator_runs.deploy(bench, workload, uri)
-    await asyncio.to_thread(bench.operator.restart)
+    await operator_runs.noop_restart(bench, stack_resources([workload]))
     samples = await heal.deployments(bench, deployed, trials)
     await operator_runs.teardown(bench, deployed)
     return samples

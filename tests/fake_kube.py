@@ -206,6 +206,26 @@ def _drop_left_out(obj: JSON, before: JSON, now: JSON) -> None:
             _drop_left_out(obj[key], value, now[key])
 
 
+def _json_patched(live: JSON, operations: list[JSON]) -> JSON:
+    """``live`` after a JSON patch of ``test`` and ``replace`` operations (a failed test: 422, as the server)."""
+    patched = copy.deepcopy(live)
+    for operation in operations:
+        *parents, last = [part.replace("~1", "/").replace("~0", "~") for part in operation["path"].split("/")[1:]]
+        target: Any = patched
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        key: Any = int(last) if isinstance(target, list) else last
+        if operation["op"] == "test":
+            present = key < len(target) if isinstance(target, list) else key in target
+            if not present or target[key] != operation["value"]:
+                raise ApiError(422, "Invalid", f"the test of {operation['path']} failed")
+        elif operation["op"] == "replace":
+            target[key] = operation["value"]
+        else:
+            raise ApiError(400, "BadRequest", f"the fake serves no JSON patch {operation['op']!r}")
+    return patched
+
+
 def _spec_of(obj: JSON) -> JSON:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
@@ -409,6 +429,8 @@ class FakeApiServer:
             updated["metadata"] = {**live["metadata"], **{k: v for k, v in (body.get("metadata") or {}).items()
                                                           if k in ("labels", "annotations", "finalizers")}}
             return 200, self._commit(kind, updated, live, dry_run)
+        if method == "PATCH" and content_type.startswith("application/json-patch+json"):
+            return 200, self._commit(kind, _json_patched(live, body), live, dry_run)
         if method == "PATCH":
             expected = ((body or {}).get("metadata") or {}).get("resourceVersion")
             if expected is not None and expected != live["metadata"]["resourceVersion"]:

@@ -27,7 +27,9 @@ Every request of a heal is made with the stack's identity (its
 ``ResourceManager``, which may impersonate the KfDef's service account).
 Every heal result goes back into the stack (a healed object counts as applied
 again, a failed heal as failed) and the stack's status is refreshed.
-Bursts (a namespace's worth of deletes) are coalesced into one batch.
+Bursts (a namespace's worth of deletes) are coalesced into one batch. Batches
+run side by side, one object at most once at a time: a heal never waits for
+an earlier one of another object (a slow answer, a CRD's Established wait).
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class Healer:
         self._report = report
         self._pending: dict[tuple[str, str], DelayQueue[ObjectRef, _Request]] = defaultdict(DelayQueue)
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # The batches under way per stack, by the objects they heal.
+        self._running: dict[tuple[str, str], dict[ObjectRef, asyncio.Task[None]]] = defaultdict(dict)
         self._history: dict[ObjectRef, deque[float]] = defaultdict(deque)
         self._in_sync: dict[ObjectRef, tuple[str, str]] = {}  # drift suspicions the server disproved
         # Live versions found in line with the desired state (its version) they were compared with: a status-only
@@ -120,25 +124,35 @@ class Healer:
 
     def halt(self) -> None:
         """Cancel every heal in progress and drop the pending ones; synchronous, so nothing more is sent."""
-        for task in [*self._workers.values(), *self._background]:
+        for task in self._tasks():
             task.cancel()
         self._workers.clear()
+        self._running.clear()
         self._pending.clear()
         self._waiting_for_parent.clear()
 
     async def stop(self) -> None:
-        tasks = [*self._workers.values(), *self._background]
+        tasks = self._tasks()
         self.halt()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _tasks(self, key: tuple[str, str] | None = None) -> list[asyncio.Task[None]]:
+        """The workers, batches and background tasks (of one stack's heals: its worker and batches)."""
+        if key is not None:
+            worker = self._workers.get(key)
+            return [*([worker] if worker else []), *set(self._running.get(key, {}).values())]
+        batches = {task for running in self._running.values() for task in running.values()}
+        return [*self._workers.values(), *batches, *self._background]
+
     def drop(self, stack: Stack) -> None:
         """Stop healing the stack at once: synchronous, so no heal of it starts after this returns (one whose
-        request is already on the wire may still land). The cancelled worker is awaited by :meth:`stop`."""
-        task = self._workers.pop(stack.key, None)
-        if task is not None:
+        request is already on the wire may still land). The cancelled tasks are awaited by :meth:`stop`."""
+        for task in self._tasks(stack.key):
             task.cancel()
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+        self._workers.pop(stack.key, None)
+        self._running.pop(stack.key, None)
         self._pending.pop(stack.key, None)
         self._waiting_for_parent.pop(stack.key, None)
         self._deferred.pop(stack.key, None)
@@ -146,11 +160,10 @@ class Healer:
             self._matched.pop(ref, None)
 
     async def forget(self, stack: Stack) -> None:
-        """:meth:`drop`, and wait until a heal under way has stopped (before a teardown deletes)."""
-        task = self._workers.get(stack.key)
+        """:meth:`drop`, and wait until the heals under way have stopped (before a teardown deletes)."""
+        tasks = self._tasks(stack.key)
         self.drop(stack)
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- events --------------------------------------------------------------------
 
@@ -235,9 +248,12 @@ class Healer:
         pending = self._pending[stack.key]
         if ref not in pending:  # a request already pending for the object stands
             pending.put(ref, request, request.observed_at + delay)
-        worker = self._workers.get(stack.key)
+        self._ensure_worker(stack.key)
+
+    def _ensure_worker(self, key: tuple[str, str]) -> None:
+        worker = self._workers.get(key)
         if worker is None or worker.done():
-            self._workers[stack.key] = asyncio.create_task(self._work(stack.key), name=f"heal {stack.key}")
+            self._workers[key] = asyncio.create_task(self._work(key), name=f"heal {key}")
 
     def _fight_over(self, key: tuple[str, str], ref: ObjectRef) -> None:
         stack = self._stacks.get(key)
@@ -250,20 +266,40 @@ class Healer:
     # -- worker --------------------------------------------------------------------
 
     async def _work(self, key: tuple[str, str]) -> None:
+        """Start a batch of the stack's due heals, over and over, until none is queued."""
+        running = self._running[key]
+
+        def idle(ref: ObjectRef) -> bool:  # an object being healed waits for that heal to end
+            return ref not in running
+
         while True:
             await asyncio.sleep(0)  # let the rest of a burst of events arrive: one batch for all
             pending = self._pending.get(key)
             if not pending:
                 return
-            due = pending.take_ready(time.monotonic())
-            if due:
+            refs = pending.ready(time.monotonic(), idle)
+            if refs:
                 stack = self._stacks.get(key)
                 if stack is None or stack.deleting or stack.suspended:
                     return
-                await self._heal_batch(stack, due)
-                self._report(stack)
+                due = {ref: pending.pop(ref) for ref in refs}
+                batch = asyncio.create_task(self._run_batch(stack, due, running), name=f"heal batch {key}")
+                running.update(dict.fromkeys(due, batch))
                 continue
-            await pending.wait(at_least=0.01)
+            await pending.wait(idle, at_least=0.01)
+
+    async def _run_batch(self, stack: Stack, due: dict[ObjectRef, _Request],
+                         running: dict[ObjectRef, asyncio.Task[None]]) -> None:
+        try:
+            await self._heal_batch(stack, due)
+            self._report(stack)
+        finally:
+            for ref in due:
+                running.pop(ref, None)
+            pending = self._pending.get(stack.key)
+            if pending:  # what waited for these objects may go now
+                pending.wake()
+                self._ensure_worker(stack.key)
 
     async def _heal_batch(self, stack: Stack, due: dict[ObjectRef, _Request]) -> None:
         parents = {ref: req for ref, req in due.items() if ref.kind in ("Namespace", "CustomResourceDefinition")}

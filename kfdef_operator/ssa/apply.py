@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import ordering
-from kfdef_operator.ssa.access import CRD_PATH, MERGE_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body
+from kfdef_operator.ssa.access import CRD_PATH, JSON_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body
 from kfdef_operator.ssa.changeset import Action, Change, kept_answer, refusal
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
@@ -212,24 +212,30 @@ class Applier:
         ignored), so this is a POST. A POST records the creator's fields as an
         ``Update``, which a later apply would not take back: a field dropped
         from the desired state would stay. The entry is therefore turned into
-        the ``Apply`` entry an apply would have made, guarded by the
-        resourceVersion the POST returned.
+        the ``Apply`` entry an apply would have made, by a JSON patch that
+        tests exactly that entry (and the uid) rather than the resourceVersion:
+        a controller's status update right after the create (a Deployment's,
+        at once) does not make it conflict.
         """
         kube = self.access.kube
         live = await kube.create(resource.collection_path(ref.namespace or None), desired, field_manager=field_manager)
         for _ in range(3):
             meta = live.get("metadata") or {}
             entries = meta.get("managedFields") or []
-            ours = [e for e in entries if e.get("manager") == field_manager and e.get("operation") == "Update"
-                    and not e.get("subresource")]
+            ours = [index for index, e in enumerate(entries) if e.get("manager") == field_manager
+                    and e.get("operation") == "Update" and not e.get("subresource")]
             if not ours:
                 return live
-            owned = [{**e, "operation": "Apply"} if e in ours else e for e in entries]
+            patch = [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid")}]
+            for index in ours:
+                entry = f"/metadata/managedFields/{index}"
+                patch += [{"op": "test", "path": f"{entry}/manager", "value": field_manager},
+                          {"op": "test", "path": f"{entry}/operation", "value": "Update"},
+                          {"op": "replace", "path": f"{entry}/operation", "value": "Apply"}]
             try:
-                return await kube.request("PATCH", resource.path_of(ref), content_type=MERGE_PATCH, body={
-                    "metadata": {"resourceVersion": meta.get("resourceVersion"), "managedFields": owned}})
+                return await kube.request("PATCH", resource.path_of(ref), content_type=JSON_PATCH, body=patch)
             except KubeApiError as error:
-                if error.status != 409:
+                if error.status not in (409, 422):  # 422: a test failed (the entries moved, or the object is new)
                     raise
             current = await kube.get(resource.path_of(ref))
             if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator.runtime.ownership import RECONCILE_ANNOTATION
+from kfdef_operator.runtime.ownership import FIELD_MANAGER, RECONCILE_ANNOTATION
 from tests.cluster.conftest import KFDEF_API, wait_condition_reason, wait_ready
 from tests.kube import wait_for
 
@@ -52,6 +52,12 @@ def test_the_demo_stack_heals_a_deleted_tf_job_operator(operator, kube):
         assert old is not None
         kube.delete("apps/v1", "Deployment", "tf-job-operator", "kubeflow")
         wait_recreated(kube, "apps/v1", "Deployment", "tf-job-operator", "kubeflow", old_uid=old, timeout=10)
+
+        def recorded_as_applied() -> bool:  # the create's Update entry turned into an Apply one, status writes aside
+            obj = kube.get("apps/v1", "Deployment", "tf-job-operator", "kubeflow") or {}
+            return [e["operation"] for e in obj["metadata"]["managedFields"]
+                    if e["manager"] == FIELD_MANAGER and not e.get("subresource")] == ["Apply"]
+        wait_for(recorded_as_applied, timeout=10, what="the re-created Deployment's fields recorded as applied")
         kube.wait_condition("apps/v1", "Deployment", "tf-job-operator", "Available", namespace="kubeflow", timeout=60)
         # The Event is posted beside the heal, not before it: it may land after the Deployment is Available.
         def healed_event() -> bool:

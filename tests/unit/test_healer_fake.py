@@ -237,3 +237,49 @@ def test_a_retried_heal_of_an_object_created_again_meanwhile_sends_no_create() -
     assert [a.status for a in server.received("POST", "/namespaces/apps/configmaps")] == [500]
     assert server.get(CM_PATH)["data"] == {"mode": "on"}
     assert change.action is not Action.CONFLICT
+
+
+def test_a_heal_does_not_wait_for_an_earlier_heal_of_another_object() -> None:
+    """One object's heal hangs after its create (the server never answers the follow-up): the next object
+    deleted comes back at once all the same, each object healed by one create only."""
+    server = cluster()
+    other_path = "/api/v1/namespaces/apps/configmaps/other"
+
+    async def scenario():
+        h = await healing(server, [config_map(), config_map("other")])
+        server.fail("PATCH", CM_PATH, 504, hang=True, times=None)
+        server.remove(CM_PATH)
+        await h.settle()
+        deleted_at = virtual_time.now()
+        server.remove(other_path)
+        await h.settle()
+        await h.close()
+        return deleted_at
+
+    deleted_at = virtual_time.run(scenario())
+    creates = server.received("POST", "/namespaces/apps/configmaps")
+    assert [c.body["metadata"]["name"] for c in creates] == ["settings", "other"]
+    assert creates[1].at - deleted_at < 0.1
+    assert server.get(other_path) is not None
+
+
+def test_a_status_update_right_after_the_create_does_not_make_recording_the_apply_conflict() -> None:
+    """A controller writes the new object's status at once (a Deployment's): the follow-up that turns the
+    create's ``Update`` entry into the ``Apply`` one is not refused for it, so one request does it."""
+    server = cluster()
+
+    def controller_writes_status(_) -> None:
+        server.modify(CM_PATH, lambda obj: obj.setdefault("status", {}).__setitem__("seen", True))
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.before("PATCH", CM_PATH, controller_writes_status)
+        server.remove(CM_PATH)
+        await h.settle()
+        await h.close()
+
+    virtual_time.run(scenario())
+    follow_ups = [r for r in server.received("PATCH", CM_PATH) if "apply-patch" not in r.content_type]
+    assert [r.status for r in follow_ups] == [200]
+    entries = server.get(CM_PATH)["metadata"]["managedFields"]
+    assert [e["operation"] for e in entries if e["manager"] == OWNER.field_manager] == ["Apply"]
