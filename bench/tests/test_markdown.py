@@ -65,3 +65,14 @@ def test_the_new_floor_beside_the_old_one(older: JSON) -> None:
     assert f"operator / (render floor + floor) = **{operator / (6.0 + floor):.2f}**" in page
     assert f"apply phase / floor = **{9.0 / floor:.2f}**" in page
     assert "`release.apply.render_floor_s`" in page     # in the release's table
+
+
+def test_a_missed_heal_target_names_what_each_client_wrote_during_the_heals(older: JSON) -> None:
+    results = copy.deepcopy(older)
+    results["heal.p99_ms"].update(value=500.0, writes_by_client={
+        "operator": {"POST deployments": 50, "PATCH deployments": 50, "POST events": 50},
+        "kube-controller-manager": {"PUT deployments/status": 261, "POST replicasets": 57},
+        "kwok": {"DELETE pods": 100}})
+    note = _line(_rendered(results), "- **heal.p99_ms**")
+    assert "the operator wrote 150 requests (50 PATCH deployments, 50 POST deployments, 50 POST events)" in note
+    assert "the cluster's own components 418 (kube-controller-manager 318, kwok 100)" in note
