@@ -159,6 +159,7 @@ class StatusWriter:
             wanted = status_of(stack, self._live, health_timeout=self._health_timeout, now=time.monotonic())
             diff = {key: value for key, value in wanted.items() if _differs(key, stack.status.get(key), value)}
             if not diff:
+                self._export()  # a new leader's first run finds the status written: its metrics still go out
                 return True
             was_ready = _ready(stack.status)
             try:

@@ -259,3 +259,26 @@ def test_stepping_down_stops_every_write_at_once(repo) -> None:
     standby_writes, stepped_down = virtual_time.run(scenario())
     assert standby_writes == 0, "a standby writes nothing"
     assert [r for r in server.received(writes_only=True) if r.at >= stepped_down] == []
+
+
+def test_a_leader_taking_over_a_written_status_exports_its_conditions(repo) -> None:
+    """Stepping down drops a KfDef's condition metrics; leading again over a status that needs no write (the
+    usual failover, or a lease lost under load and won back) exports them all the same."""
+    server = cluster()
+    labels = {"namespace": NAMESPACE, "name": NAME, "type": "Ready"}
+
+    async def scenario():
+        async with operator(server, repo, gate=asyncio.Event()) as reconciler:
+            reconciler.take_over()
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+            reconciler.step_down()
+            dropped = REGISTRY.get_sample_value("kfdef_condition", labels)
+            writes, runs = len(server.received(writes_only=True)), succeeded()
+            reconciler.take_over()
+            await until(lambda: succeeded() > runs)
+            return dropped, server.received(writes_only=True)[writes:]
+
+    dropped, writes = virtual_time.run(scenario())
+    assert dropped is None
+    assert writes == [], "the status was right: nothing written"
+    assert REGISTRY.get_sample_value("kfdef_condition", labels) == 1.0
