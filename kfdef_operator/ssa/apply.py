@@ -235,7 +235,7 @@ class Applier:
             try:
                 return await kube.request("PATCH", resource.path_of(ref), content_type=JSON_PATCH, body=patch)
             except KubeApiError as error:
-                if error.status not in (409, 422):  # 422: a test failed (the entries moved, or the object is new)
+                if error.status not in (409, 422):  # 422: a test failed (entries moved, or a new uid)
                     raise
             current = await kube.get(resource.path_of(ref))
             if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):

@@ -24,9 +24,11 @@ def normalize(obj: JSON) -> JSON:
     meta = out["metadata"] = dict(out.get("metadata") or {})
     for key in ("creationTimestamp", "resourceVersion", "uid", "generation", "managedFields", "selfLink"):
         meta.pop(key, None)
-    if out.get("kind") == "Secret" and out.get("apiVersion") == "v1" and out.get("stringData"):
-        data = dict(out.get("data") or {})
-        for key, value in out.pop("stringData").items():
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        out["data"] = data
+    string_data, data = out.get("stringData"), out.get("data") or {}
+    # Mappings only: any other shape goes to the API server as written, which refuses it with its own message.
+    if (out.get("kind") == "Secret" and out.get("apiVersion") == "v1" and string_data
+            and isinstance(string_data, dict) and isinstance(data, dict)):
+        del out["stringData"]
+        out["data"] = {**data, **{key: base64.b64encode(str(value).encode()).decode()
+                                  for key, value in string_data.items()}}
     return without_controller_rules(out)

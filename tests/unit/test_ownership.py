@@ -336,3 +336,11 @@ def test_the_holder_named_by_a_stamp_is_a_kfdef_path_only_for_a_well_formed_anno
     assert owner.holder_path({"annotations": {INSTANCE_ANNOTATION: "no-namespace"}}) is None
     assert owner.holder_path({"annotations": {INSTANCE_ANNOTATION: "x.Not_A_Namespace"}}) is None
     assert owner.holder_path({"labels": {INSTANCE_LABEL: "tenant-a.ghost"}}) is None  # a label may be a hash
+
+
+def test_a_secret_of_another_shape_is_left_for_the_api_server_to_refuse():
+    """``data`` as a list of pairs is no mapping: it is not turned into one (nor does normalize fail on it)."""
+    odd = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": [["a", "YQ=="]],
+           "stringData": {"k": "v"}}
+    normalized = normalize(odd)
+    assert normalized["data"] == [["a", "YQ=="]] and normalized["stringData"] == {"k": "v"}
