@@ -159,11 +159,36 @@ _NOT_STACK_RESOURCES = frozenset({"kfdefs", "events", "leases"})
 
 
 def process_cpu_s(pid: int) -> tuple[float, float]:
-    """CPU seconds (user and system) of a process itself, and of the children it waited for (the operator's
-    render processes, with the kustomize runs they waited for)."""
-    fields = [int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
+    """CPU seconds (user and system) of a process itself, and of its children: those it waited for and those still
+    running with all they started (the operator's render fork server, its renders and their kustomize runs)."""
+    fields = _stat_cpu(pid)
+    children = fields[2] + fields[3]
+    for child in _live_descendants(pid):
+        try:
+            children += sum(_stat_cpu(child))
+        except OSError:
+            pass  # exited meanwhile: its time moved into its parent's children fields
     tick = os.sysconf("SC_CLK_TCK")
-    return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
+    return (fields[0] + fields[1]) / tick, children / tick
+
+
+def _stat_cpu(pid: int) -> list[int]:
+    """utime, stime, cutime and cstime of ``/proc/<pid>/stat``, in clock ticks."""
+    return [int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
+
+
+def _live_descendants(pid: int) -> list[int]:
+    found, pending = [], [pid]
+    while pending:
+        parent = pending.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            pending += children
+    return found
 
 
 def audit_offset(control_plane: ControlPlane) -> int:

@@ -19,12 +19,11 @@ import asyncio
 import os
 import time
 import uuid
-from pathlib import Path
 
 from kfdef_dev.manifests import tarball, write_package
 from kfdef_operator.api.names import SHARD_LABEL
 
-from .cluster import KFDEF_NAMESPACE
+from .cluster import KFDEF_NAMESPACE, process_cpu_s
 from .context import KFDEFS_PATH, Bench, is_ready
 from .replicas import ReplicaSet
 
@@ -105,9 +104,8 @@ class Fleet:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU seconds a process and its reaped children have used (user and system)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds a process, its reaped children and its live descendants have used (user and system)."""
+    return sum(process_cpu_s(pid))
 
 
 class CpuMeter:

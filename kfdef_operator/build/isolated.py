@@ -1,8 +1,9 @@
 """Render a KfDef in a child process with resource limits, so untrusted manifests can fail only their own KfDef.
 
 Everything a render does with untrusted bytes (copying the tree, parsing kustomizations, writing the generated ones,
-running kustomize, parsing its output) happens in ``python -P -m kfdef_operator.build.isolated``, started in its
-own session with a scrubbed environment. The child first limits itself (:class:`RenderLimits`; kustomize inherits the
+running kustomize, parsing its output) happens in a process of its own, forked for that render alone by the render
+fork server (:mod:`kfdef_operator.build.forkserver`, which has this module imported), in its own session with a
+scrubbed environment. The child first limits itself (:class:`RenderLimits`; kustomize inherits the
 limits), raises its ``oom_score_adj`` so that the kernel's out-of-memory killer picks a render before the operator,
 then renders with :func:`render.render` and writes its answer as JSON to a file; progress comes as JSON lines on
 stdout. The operator reads only that JSON (bounded, checked field by field), never a pickle or objects of the child.
@@ -21,9 +22,7 @@ import logging
 import os
 import pickle
 import resource
-import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 from kfdef_operator.api.kfdef import KfDef
 from kfdef_operator.build.cache import applications_from_json, applications_to_json
+from kfdef_operator.build.forkserver import ForkServer, ForkServerError
 from kfdef_operator.build.kustomize import (
     MINIMAL_PATH,
     KustomizeError,
@@ -51,8 +51,6 @@ _GiB = 1024 * _MiB
 ANSWER_FILE = "render-answer.json"
 STDERR_FILE = "render-stderr.txt"
 _MAX_LOG_RECORDS = 100
-_running: set[int] = set()  # process groups of the renders in progress (their leaders' pids)
-_running_lock = threading.Lock()
 _stopping = threading.Event()
 _MAX_PROGRESS_LINE = 64 * 1024
 
@@ -154,13 +152,7 @@ def stop_renders() -> None:
     """Kill every render in progress, and any started from now on: the process is stopping, and a render (up to
     its wall-time limit) must not keep it alive past its grace period."""
     _stopping.set()
-    with _running_lock:
-        groups = list(_running)
-    for group in groups:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    _FORK_SERVER.close()
 
 
 @dataclass(frozen=True)
@@ -188,50 +180,50 @@ class _Child:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name in (ANSWER_FILE, STDERR_FILE):
             (self.workdir / name).unlink(missing_ok=True)
+        stdin, request_pipe = os.pipe()
+        progress_pipe, stdout = os.pipe()
         try:
             with open(self.workdir / STDERR_FILE, "wb") as stderr:
-                popen = subprocess.Popen(
-                    [sys.executable, "-P", "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=stderr, env=_child_environment(self.workdir), cwd=self.workdir, start_new_session=True)
-        except OSError as error:
+                process = _FORK_SERVER.spawn(self.workdir, _environment(self.workdir / "home"),
+                                             (stdin, stdout, stderr.fileno()))
+        except (OSError, ForkServerError) as error:
+            os.close(request_pipe)
+            os.close(progress_pipe)
             raise RenderError("", f"could not start the render process: {error}",
                               subject=f"{self.subject} failed") from None
-        with _running_lock:
-            _running.add(popen.pid)
+        finally:
+            os.close(stdin)
+            os.close(stdout)
         if _stopping.is_set():
-            os.killpg(popen.pid, signal.SIGKILL)
-        reader = threading.Thread(target=self._read_progress, args=(popen, progress), daemon=True,
+            process.kill()
+        reader = threading.Thread(target=self._read_progress, args=(progress_pipe, progress), daemon=True,
                                   name="render-progress")
         reader.start()
         deadline = time.monotonic() + self.limits.wall_seconds
         finished = False
         try:
             try:
-                assert popen.stdin is not None
-                with popen.stdin:
-                    pickle.dump(self.request, popen.stdin)
+                with open(request_pipe, "wb") as request:
+                    pickle.dump(self.request, request)
             except BrokenPipeError:
                 pass  # the child died at once; its exit status tells why
-            finished = _wait_unreaped(popen.pid, deadline)
-        finally:  # past the deadline, on any error here, and for leftovers (git of a killed kustomize)
-            try:
-                os.killpg(popen.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            returncode = popen.wait()
-            with _running_lock:
-                _running.discard(popen.pid)
+            finished = process.wait(deadline)
+        finally:  # past the deadline, and on any error here
+            process.kill()
+            process.wait()
             reader.join(timeout=5)
         if _stopping.is_set():
             raise RenderError("", "interrupted: the operator is stopping", subject=f"{self.subject} killed")
         if not finished:
             raise RenderError("", self.limits.explain("wall"), subject=f"{self.subject} killed")
-        return self._answer(returncode)
+        if process.returncode is None:
+            raise RenderError("", "the render fork server stopped during the render (see the operator's log); the "
+                                  "next attempt starts it again", subject=f"{self.subject} failed")
+        return self._answer(process.returncode)
 
-    def _read_progress(self, popen: subprocess.Popen, progress: Callable[[RenderedApplication], None] | None) -> None:
-        assert popen.stdout is not None
-        with popen.stdout:
-            for line in iter(lambda: popen.stdout.readline(_MAX_PROGRESS_LINE), b""):  # type: ignore[union-attr]
+    def _read_progress(self, pipe: int, progress: Callable[[RenderedApplication], None] | None) -> None:
+        with open(pipe, "rb") as stdout:
+            for line in iter(lambda: stdout.readline(_MAX_PROGRESS_LINE), b""):
                 try:
                     event = json.loads(line)
                     app = RenderedApplication(str(event["name"]), event["mode"], [], float(event["seconds"]))
@@ -309,34 +301,15 @@ class _Child:
                         "%s: %s", self.subject, record[1][:2000])
 
 
-def _child_environment(workdir: Path) -> dict[str, str]:
-    """The render process's whole environment: where to find this package, a home of its own, nothing else."""
-    home = workdir / "home"
+def _environment(home: Path) -> dict[str, str]:
+    """The whole environment of the fork server and of each render: where to find this package, a home of its
+    own, nothing else."""
     return {"PATH": MINIMAL_PATH, "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _wait_unreaped(pid: int, deadline: float) -> bool:
-    """Wait until child ``pid`` exits or ``deadline`` passes, without reaping it (so its process group can still
-    be killed safely); True when it exited."""
-    try:
-        descriptor = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        descriptor = None
-    try:
-        while True:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            if descriptor is not None:
-                select.select([descriptor], [], [], remaining)
-            else:
-                time.sleep(min(0.05, remaining))
-    finally:
-        if descriptor is not None:
-            os.close(descriptor)
+# Renders fork from a server that has imported this module; it exits a minute after the last render.
+_FORK_SERVER = ForkServer(_environment(Path("/nonexistent")))
 
 
 # --- the child ---------------------------------------------------------------------------------------------------
@@ -418,6 +391,3 @@ def main() -> int:
         return _EXIT_ANSWER_TOO_LARGE if error.errno == errno.EFBIG else _EXIT_NO_ANSWER
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

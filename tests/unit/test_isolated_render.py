@@ -13,10 +13,13 @@ import pytest
 import yaml
 
 from kfdef_operator.api.kfdef import KfDef, parse_kfdef
+from kfdef_operator.build import isolated
+from kfdef_operator.build.forkserver import ForkServer
 from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
 from kfdef_operator.build.kustomize import PINNED_VERSION
 from kfdef_operator.build.render import RenderError
 from kfdef_operator.source.resolve import ResolvedSource
+from tests.kube import wait_for
 from tests.unit.conftest import STACKS
 from tests.unit.test_kustomize import fake_helper
 
@@ -166,3 +169,51 @@ def test_the_render_process_imports_nothing_of_fetching():
     loaded = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}).stdout
     assert loaded.split() == []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_renders_are_forked_by_one_fork_server_not_started_as_interpreters(tmp_path, monkeypatch):
+    """A new interpreter per render cost about 0.2 s of CPU in imports; each render is now a fork of one server."""
+    parents = tmp_path / "parents"
+    spy = fake_helper(tmp_path / "spy", f"cut -d' ' -f4 /proc/$PPID/stat >> {parents}; echo '{{\"objects\":[]}}'")
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(spy))
+    for attempt in range(3):
+        IsolatedRender()(kfdef_of(), package(tmp_path / str(attempt), {}), tmp_path / "work")
+    [server] = set(parents.read_text().split())
+    assert int(server) == isolated._FORK_SERVER.pid != os.getpid()
+    assert "kfdef_operator.build.forkserver" in Path(f"/proc/{server}/cmdline").read_text()
+
+
+def test_a_render_fails_clearly_when_the_fork_server_dies_and_the_next_render_starts_a_new_one(tmp_path,
+                                                                                              monkeypatch):
+    """The helper kills the fork server (only if its render's parent is one): that render fails, naming the server;
+    the render process dies with the server; the next render works."""
+    render_pid = tmp_path / "render.pid"
+    killer = fake_helper(tmp_path / "killer", f"""echo $PPID > {render_pid}
+server=$(cut -d' ' -f4 /proc/$PPID/stat)
+if tr '\\0' ' ' < /proc/$server/cmdline | grep -q kfdef_operator.build.forkserver; then kill -KILL $server; fi
+sleep 1; echo '{{"objects":[]}}'""")
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(killer))
+    with pytest.raises(RenderError, match=r"^render of KfDef tenant/kf failed: the render fork server stopped during "
+                                          r"the render"):
+        IsolatedRender()(kfdef_of(), package(tmp_path / "a", {}), tmp_path / "work")
+    wait_for(lambda: _gone(int(render_pid.read_text())), timeout=10, what="the render process gone with the server")
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(fake_helper(tmp_path / "ok", "echo '{\"objects\":[]}'")))
+    [app] = IsolatedRender()(kfdef_of(), package(tmp_path / "b", {}), tmp_path / "work")
+    assert app.objects == []
+
+
+def test_the_fork_server_stops_when_no_render_came_for_its_idle_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(isolated, "_FORK_SERVER", ForkServer(isolated._environment(tmp_path), idle_seconds=0.3))
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(fake_helper(tmp_path / "ok", "echo '{\"objects\":[]}'")))
+    IsolatedRender()(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
+    server = isolated._FORK_SERVER.pid
+    assert server is not None
+    wait_for(lambda: isolated._FORK_SERVER.pid is None and _gone(server), timeout=10, what="the idle server gone")
