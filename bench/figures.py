@@ -123,6 +123,8 @@ TARGETS = (
            strict=True, unit="s"),
     Target("shards: KfDefs not reconciled by exactly their own shard == 0 (issue 16)",
            lambda r: r["shards.fleet_s"]["kfdefs"] - r["shards.fleet_s"]["served_by_its_shard"], lambda r: 0.0),
+    Target("shards: leaders stepping down while the fleet converges == 0 (their renewals kept up under load)",
+           lambda r: r["shards.fleet_s"]["step_downs"], lambda r: 0.0),
 )
 
 

@@ -25,7 +25,8 @@ from kfdef_operator.api.names import SHARD_LABEL
 
 from .cluster import KFDEF_NAMESPACE, process_cpu_s
 from .context import KFDEFS_PATH, Bench, is_ready
-from .replicas import ReplicaSet
+from .replicas import LEASE_NAME, LEASES, ReplicaSet
+from .streams import Arrival, EventStream
 
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SHARDS = (("default", f"!{SHARD_LABEL}"), ("shard1", f"{SHARD_LABEL}=shard1"), ("shard2", f"{SHARD_LABEL}=shard2"))
@@ -140,17 +141,23 @@ async def shards(bench: Bench, per_shard: int, *, timeout: float = 1800) -> dict
     fleet = Fleet(bench, per_shard * len(SHARDS))
     operators = [ReplicaSet(bench, f"shard-{name}", ("--watch-label-selector", selector, "--shard", name))
                  for name, selector in SHARDS]
+    leases = await EventStream(bench.kube, LEASES).start()
     processes = await asyncio.gather(*(replicas.start() for replicas in operators))
     meter = CpuMeter(bench, [p.popen.pid for p in processes])
     try:
         meter.start()
+        mark = leases.mark()
         converged_s = await fleet.converge(timeout=timeout)
         cpu = meter.stop()
+        renewal_gap_s = longest_renewal_gap(leases.events[mark:], {f"{LEASE_NAME}-{n}" for n, _ in SHARDS})
+        step_downs = sum(process.log_path.read_text(errors="replace").count(": stopped leading (lease ")
+                         for process in processes)
         served = await _served(processes, set(fleet.names))
         writes = {name: _writes(await asyncio.to_thread(process.metrics))
                   for (name, _), process in zip(SHARDS, processes, strict=True)}
         removed_s = await fleet.remove(timeout=timeout)
     finally:
+        await leases.close()
         for replicas in operators:
             await replicas.stop_all()
     by_kfdef = {name: [shard for shard, names in served.items() if name in names] for name in fleet.names}
@@ -159,7 +166,19 @@ async def shards(bench: Bench, per_shard: int, *, timeout: float = 1800) -> dict
             "served_by_several": sum(len(s) > 1 for s in by_kfdef.values()),
             "served_by_its_shard": sum(s == [fleet.shard_of(n)] for n, s in by_kfdef.items()),
             "kfdefs_per_shard": {shard: len(names) for shard, names in served.items()}, "writes_per_shard": writes,
-            "cpu": cpu}
+            "lease_renewal_gap_max_s": renewal_gap_s, "step_downs": step_downs, "cpu": cpu}
+
+
+def longest_renewal_gap(events: list[Arrival], leases: set[str]) -> float:
+    """The longest time between two writes of one of ``leases``: a leader renews every 2 s, and steps down when a
+    renewal has not succeeded 10 s (the renew deadline) after the previous one began."""
+    gap, last = 0.0, {}
+    for event in events:
+        if event.name in leases and event.type != "DELETED":
+            if event.name in last:
+                gap = max(gap, event.at - last[event.name])
+            last[event.name] = event.at
+    return gap
 
 
 async def single(bench: Bench, count: int, *, timeout: float = 1800) -> dict:

@@ -9,6 +9,15 @@ from .fleet import OBJECTS_PER_KFDEF
 from .tables import fmt, table
 
 
+def _leadership(sharded: JSON) -> str:
+    if "step_downs" not in sharded:
+        return ""
+    return (f" While the fleet converged, the shard leaders' Leases were written at most "
+            f"{fmt(sharded['lease_renewal_gap_max_s'])} s apart (a renewal every 2 s; a leader steps down when one "
+            f"has not succeeded 10 s after the previous began), and leaders stepped down {sharded['step_downs']} "
+            "times (the shards' logs).")
+
+
 def replicas_and_shards(results: JSON) -> list[str]:
     """The report's section on replicas and shards (empty when the results hold none)."""
     if not all(key in results for key in HA_KEYS):
@@ -61,7 +70,7 @@ def replicas_and_shards(results: JSON) -> list[str]:
         f"Each KfDef was reconciled by exactly one shard, its own: {sharded['served_by_its_shard']} of "
         f"{sharded['kfdefs']} (by several: {sharded['served_by_several']}), read from each shard's own "
         "`kfdef_condition` gauges; `tests/reliability/test_high_availability.py` proves the same from "
-        "kube-apiserver's audit log.",
+        "kube-apiserver's audit log." + _leadership(sharded),
         "",
         *table(["CPU seconds, from creating the namespaces until all Ready", *sharded["cpu"]["cpu_s"], "cores used"],
                 [[label, *(f(v) for v in entry["cpu"]["cpu_s"].values()),

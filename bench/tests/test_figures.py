@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.figures import JSON, floor_ratios, target_rows
+from bench.fleet import longest_renewal_gap
+from bench.streams import Arrival
 
 
 def _entry(value: float) -> JSON:
@@ -68,3 +70,22 @@ def test_older_results_leave_the_new_targets_unmeasured() -> None:
     assert _row(rows, "apply.operator_s <= 1.10")["met"] is None
     assert _row(rows, "release.apply.apply_phase_s")["met"] is None
     assert _row(rows, "teardown.s <= 1.3")["met"] is True
+
+
+def test_shard_leaders_stepping_down_is_a_missed_target_and_older_fleets_are_unmeasured() -> None:
+    def step_downs_row(fleet: JSON) -> JSON:
+        [row] = [row for row in target_rows({"shards.fleet_s": fleet}) if row["target"].startswith("shards: leaders")]
+        return row
+
+    assert step_downs_row({"kfdefs": 300, "served_by_its_shard": 300})["met"] is None
+    assert step_downs_row({"step_downs": 0})["met"] is True
+    assert step_downs_row({"step_downs": 1})["met"] is False
+
+
+def test_the_longest_renewal_gap_is_per_lease_and_ignores_other_leases() -> None:
+    def renewal(at: float, name: str) -> Arrival:
+        return Arrival(at, "MODIFIED", {"metadata": {"name": name}})
+
+    events = [renewal(0.0, "a"), renewal(1.0, "b"), renewal(2.0, "a"), renewal(7.5, "a"), renewal(3.0, "b"),
+              renewal(0.5, "kwok-node-0"), renewal(30.0, "kwok-node-0")]
+    assert longest_renewal_gap(events, {"a", "b"}) == 5.5
