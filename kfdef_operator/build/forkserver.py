@@ -40,6 +40,7 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -58,7 +59,7 @@ class ForkServerError(RuntimeError):
 class ForkedProcess:
     """A render process forked by the server; :meth:`wait` for it, :meth:`kill` its process group."""
 
-    def __init__(self, server: ForkServer, pid: int) -> None:
+    def __init__(self, server: _Server, pid: int) -> None:
         self.pid = pid
         self._server = server
         self._exited = threading.Event()
@@ -71,12 +72,37 @@ class ForkedProcess:
 
     def kill(self) -> None:
         """SIGKILL its whole process group (nothing happens once it has exited)."""
-        if not self._exited.is_set():
-            self._server.send({"kill": self.pid})
+        if not self._exited.is_set() and not self._server.closed:
+            try:
+                self._server.send({"kill": self.pid})
+            except OSError:
+                pass  # the server is gone, and this render with it
 
     def ended(self, returncode: int | None) -> None:
         self.returncode = returncode
         self._exited.set()
+
+
+@dataclass
+class _Server:
+    """One server process and what it has not answered yet: a server that ends fails only its own renders."""
+
+    connection: socket.socket
+    process: subprocess.Popen
+    starting: dict[int, tuple[threading.Event, list[ForkedProcess | str]]] = field(default_factory=dict)
+    running: dict[int, ForkedProcess] = field(default_factory=dict)
+    closed: bool = False
+
+    def busy(self) -> bool:
+        return bool(self.starting or self.running)
+
+    def send(self, message: dict[str, Any], descriptors: tuple[int, ...] = ()) -> None:
+        socket.send_fds(self.connection, [json.dumps(message).encode()], list(descriptors))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.connection.shutdown(socket.SHUT_RDWR)  # wakes our reader; the server sees the end of its socket
 
 
 class ForkServer:
@@ -87,34 +113,30 @@ class ForkServer:
         self._environment = dict(environment)
         self.idle_seconds = idle_seconds
         self._lock = threading.Lock()
-        self._socket: socket.socket | None = None
-        self._process: subprocess.Popen | None = None
+        self._server: _Server | None = None
         self._numbers = itertools.count(1)
-        self._starting: dict[int, tuple[threading.Event, list[ForkedProcess | str]]] = {}
-        self._running: dict[int, ForkedProcess] = {}
 
     @property
     def pid(self) -> int | None:
         """The server's pid while it runs."""
         with self._lock:
-            return self._process.pid if self._process is not None and self._socket is not None else None
+            return self._server.process.pid if self._server is not None else None
 
     def spawn(self, cwd: Path, env: Mapping[str, str], stdio: tuple[int, int, int]) -> ForkedProcess:
         """Fork a render with ``stdio`` as its stdin, stdout and stderr (the caller closes its copies)."""
         started, answer = threading.Event(), list[ForkedProcess | str]()
         with self._lock:
-            connection = self._socket or self._start()
+            server = self._server or self._start()
             number = next(self._numbers)
-            self._starting[number] = (started, answer)
+            server.starting[number] = (started, answer)
             try:
-                socket.send_fds(connection, [json.dumps({"spawn": number, "cwd": str(cwd), "env": dict(env)})
-                                             .encode()], list(stdio))
+                server.send({"spawn": number, "cwd": str(cwd), "env": dict(env)}, stdio)
             except OSError as error:
-                del self._starting[number]
+                del server.starting[number]
                 raise ForkServerError(f"the render fork server is gone: {error}") from None
         if not started.wait(_SPAWN_TIMEOUT_S):
             with self._lock:
-                self._starting.pop(number, None)
+                server.starting.pop(number, None)
             raise ForkServerError(f"the render fork server did not answer within {_SPAWN_TIMEOUT_S:g} s")
         if not answer:
             raise ForkServerError("the render fork server stopped")
@@ -122,22 +144,16 @@ class ForkServer:
             raise ForkServerError(f"the render fork server could not fork: {answer[0]}")
         return answer[0]
 
-    def send(self, message: dict[str, Any]) -> None:
-        with self._lock:
-            if self._socket is not None:
-                try:
-                    self._socket.send(json.dumps(message).encode())
-                except OSError:
-                    pass  # the server is gone, and its renders with it
-
     def close(self) -> None:
         """Stop the server: it kills every render it started and exits; those renders fail."""
         with self._lock:
-            process = self._stop_locked()
-        if process is not None:
-            process.wait()
+            server, self._server = self._server, None
+            if server is not None:
+                server.close()
+        if server is not None:
+            server.process.wait()
 
-    def _start(self) -> socket.socket:
+    def _start(self) -> _Server:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = subprocess.Popen(
@@ -149,65 +165,61 @@ class ForkServer:
             raise ForkServerError(f"could not start the render fork server: {error}") from None
         finally:
             theirs.close()
-        self._socket, self._process = ours, process
-        threading.Thread(target=self._read, args=(ours, process), daemon=True, name="render-fork-server").start()
+        self._server = _Server(ours, process)
+        threading.Thread(target=self._read, args=(self._server,), daemon=True, name="render-fork-server").start()
         log.debug("render fork server started (pid %d)", process.pid)
-        return ours
+        return self._server
 
-    def _stop_locked(self) -> subprocess.Popen | None:
-        connection, process = self._socket, self._process
-        self._socket = self._process = None
-        if connection is not None:
-            connection.shutdown(socket.SHUT_RDWR)  # wakes our reader; the server sees the end of its socket
-        return process
-
-    def _read(self, connection: socket.socket, process: subprocess.Popen) -> None:
+    def _read(self, server: _Server) -> None:
         """Dispatch the server's answers until it ends; then fail whatever it had not finished."""
         try:
             while True:
                 with self._lock:
-                    idle = not self._running and not self._starting
-                if not select.select([connection], [], [], self.idle_seconds if idle else None)[0]:
+                    idle = not server.busy()
+                if not select.select([server.connection], [], [], self.idle_seconds if idle else None)[0]:
                     with self._lock:
-                        if self._socket is connection and not self._running and not self._starting:
-                            self._stop_locked()
+                        if self._server is server and not server.busy():
+                            self._server = None
+                            server.close()
                             log.debug("render fork server stopped after %g s without a render", self.idle_seconds)
                     continue
-                data = connection.recv(_MAX_MESSAGE)
+                data = server.connection.recv(_MAX_MESSAGE)
                 if not data:
                     break
-                self._dispatch(json.loads(data))
+                self._dispatch(server, json.loads(data))
         except (OSError, ValueError) as error:
             log.warning("the render fork server's socket failed: %s", error)
         with self._lock:
-            if self._socket is connection:
-                self._stop_locked()
+            if self._server is server:
+                self._server = None
+                server.close()
                 log.warning("the render fork server (pid %d) stopped unexpectedly; renders in progress fail, the "
-                            "next render starts it again", process.pid)
-            starting, running = list(self._starting.values()), list(self._running.values())
-            self._starting.clear()
-            self._running.clear()
+                            "next render starts it again", server.process.pid)
+            server.closed = True
+            starting, running = list(server.starting.values()), list(server.running.values())
+            server.starting.clear()
+            server.running.clear()
         for started, _ in starting:
             started.set()
         for forked in running:
             forked.ended(None)
-        connection.close()
-        process.wait()
+        server.connection.close()
+        server.process.wait()
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
+    def _dispatch(self, server: _Server, message: dict[str, Any]) -> None:
         with self._lock:
             if "spawned" in message:
-                started, answer = self._starting.pop(message["spawned"], (None, []))
+                started, answer = server.starting.pop(message["spawned"], (None, []))
                 if "pid" in message:
-                    forked = ForkedProcess(self, int(message["pid"]))
-                    self._running[forked.pid] = forked
+                    forked = ForkedProcess(server, int(message["pid"]))
+                    server.running[forked.pid] = forked
                     answer.append(forked)
                 else:
                     answer.append(str(message.get("error")))
                 if started is not None:
                     started.set()
                 return
-            ended = self._running.pop(int(message["exited"]), None)
+            ended = server.running.pop(int(message["exited"]), None)
         if ended is not None:
             ended.ended(int(message["returncode"]))
 
