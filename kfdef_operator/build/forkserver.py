@@ -141,7 +141,7 @@ class ForkServer:
         if not answer:
             raise ForkServerError("the render fork server stopped")
         if isinstance(answer[0], str):
-            raise ForkServerError(f"the render fork server could not fork: {answer[0]}")
+            raise ForkServerError(f"the render fork server: {answer[0]}")
         return answer[0]
 
     def close(self) -> None:
@@ -268,7 +268,14 @@ def _spawn(connection: socket.socket, request: dict[str, Any], descriptors: list
         pid = os.fork()
         if pid == 0:
             _become_render(request, descriptors, server)
-        children[os.pidfd_open(pid)] = pid
+        try:
+            children[os.pidfd_open(pid)] = pid
+        except OSError as error:  # a render nobody watches must not run: stop it at once
+            _kill_group(pid)
+            os.kill(pid, signal.SIGKILL)  # also before its setsid
+            os.waitpid(pid, 0)
+            raise OSError(f"cannot watch the forked render, so it was stopped: pidfd_open failed ({error}); the "
+                          "render fork server needs Linux 5.3 or later") from None
         answer: dict[str, Any] = {"spawned": request["spawn"], "pid": pid}
     except (OSError, ValueError) as error:
         answer = {"spawned": request["spawn"], "error": str(error)}

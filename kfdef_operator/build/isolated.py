@@ -385,9 +385,11 @@ def main() -> int:
     answer["log"] = collected.records
     try:
         with open(request.workdir / ANSWER_FILE, "w") as out:
-            json.dump(answer, out, separators=(",", ":"))
-    except OSError as error:
-        sys.stderr.write(f"cannot write the answer: {error}\n")
-        return _EXIT_ANSWER_TOO_LARGE if error.errno == errno.EFBIG else _EXIT_NO_ANSWER
+            # dumps encodes in C, six times faster than dump (0.4 s for Kubeflow's render), but holds the whole
+            # text in memory: that may hit the memory limit where the objects themselves fitted
+            out.write(json.dumps(answer, separators=(",", ":")))
+    except (OSError, MemoryError) as error:
+        sys.stderr.write(f"cannot write the answer: {type(error).__name__}: {error}\n")
+        return _EXIT_ANSWER_TOO_LARGE if getattr(error, "errno", None) == errno.EFBIG else _EXIT_NO_ANSWER
     return 0
 

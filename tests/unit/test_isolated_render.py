@@ -3,7 +3,10 @@ that render with the limit named, never the calling process; a real Kubeflow sta
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +16,7 @@ import pytest
 import yaml
 
 from kfdef_operator.api.kfdef import KfDef, parse_kfdef
-from kfdef_operator.build import isolated
+from kfdef_operator.build import forkserver, isolated
 from kfdef_operator.build.forkserver import ForkServer
 from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
 from kfdef_operator.build.kustomize import PINNED_VERSION
@@ -217,3 +220,38 @@ def test_the_fork_server_stops_when_no_render_came_for_its_idle_time(tmp_path, m
     server = isolated._FORK_SERVER.pid
     assert server is not None
     wait_for(lambda: isolated._FORK_SERVER.pid is None and _gone(server), timeout=10, what="the idle server gone")
+
+
+def test_a_render_the_fork_server_cannot_watch_is_stopped_and_the_reason_answered(tmp_path, monkeypatch):
+    """Without pidfd_open (Linux before 5.3) the server could not see a forked render end: it stops that render at
+    once and answers why, instead of leaving it running unwatched."""
+    forked, fork = [], os.fork
+
+    def recording_fork() -> int:
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    operator_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stdio = [os.open(os.devnull, os.O_RDWR) for _ in range(3)]
+    children: dict[int, int] = {}
+    try:  # the render's cwd is missing, so a render left running would only exit by itself
+        forkserver._spawn(server_end, {"spawn": 7, "cwd": str(tmp_path / "missing"), "env": {}}, stdio, children)
+        answer = json.loads(operator_end.recv(65536))
+    finally:
+        for descriptor in stdio:
+            os.close(descriptor)
+        operator_end.close()
+        server_end.close()
+    assert answer["spawned"] == 7 and "pid" not in answer
+    assert "pidfd_open failed" in answer["error"] and "needs Linux 5.3 or later" in answer["error"]
+    assert children == {}
+    [pid] = forked
+    with pytest.raises(ChildProcessError):  # reaped by the server already, not left behind
+        os.waitpid(pid, os.WNOHANG)
