@@ -31,6 +31,7 @@ from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.lookup import LiveLookup
 from kfdef_operator.ssa.staged import StagedApply
 
+from . import release
 from .context import KFDEFS_PATH, Bench, all_applied
 
 Timings = dict[str, list[float]]
@@ -58,8 +59,9 @@ def _timed(owner: Any, attribute: str, label: str, timings: Timings) -> None:
     setattr(owner, attribute, wrapper)
 
 
-STEP_LABELS = ("fetch sources", "render (kustomize)", "API-version upgrade check", "start watches (list + sync)",
-               "apply stages (sum)", "  of which: live-metadata lists",
+STEP_LABELS = ("fetch sources", "render step (render, its cache entry)", "  of which: render (kustomize)",
+               "desired state (upgrade, settle)", "  of which: API-version upgrade check",
+               "start watches (list + sync)", "apply stages (sum)", "  of which: live-metadata lists",
                "custom resources, each after its CRD's Established wait",
                "status writes", "events")
 
@@ -72,9 +74,11 @@ def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[
                  (Applier, "apply_stage", Applier.apply_stage), (LiveLookup, "lookup", LiveLookup.lookup),
                  (StagedApply, "_apply_custom", StagedApply._apply_custom)]
     originals.append((StatusWriter, "update", StatusWriter.update))
-    fetch, render, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
+    fetch, render_step, render, desire, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
     _timed(builder, "resolve_sources", fetch, timings)
+    _timed(operator.builder.render_cache, "render", render_step, timings)
     _timed(operator.builder.render_cache, "_renderer", render, timings)  # only runs on a render-cache miss
+    _timed(operator.builder, "_desire", desire, timings)
     _timed(desired, "upgrade_objects", upgrade, timings)
     _timed(operator.tracker, "watch", watches, timings)
     # One resource manager (and its parts) per identity, made during the reconcile: their classes are wrapped.
@@ -159,13 +163,20 @@ async def _teardown(bench: Bench, kfdef_path: str, *, timeout: float = 900) -> N
         await kube.close()
 
 
-async def profile(bench: Bench, scale: float, output_dir: Path) -> dict:
-    """Profile the first apply of a fresh workload, then the no-op reconcile of a restarted operator.
+async def profile(bench: Bench, scale: float, output_dir: Path, *, kubeflow: bool = False) -> dict:
+    """Profile the first apply of a fresh KfDef, then the no-op reconcile of a restarted operator: the synthetic
+    workload at ``scale``, or Kubeflow v1.11.0 as ``bench.release`` deploys it when ``kubeflow``.
 
     Writes ``profile-apply.txt`` and ``profile-noop.txt`` to ``output_dir``; returns both summaries.
     """
-    workload, uri = bench.new_workload(scale)
-    body, _ = await bench.create_kfdef(workload, uri)
+    if kubeflow:
+        prepared = await release.prepare(bench)
+        body = await bench.kube.request("POST", KFDEFS_PATH, body=prepared.kfdef)
+        objects = len(prepared.objects)
+    else:
+        workload, uri = bench.new_workload(scale)
+        body, _ = await bench.create_kfdef(workload, uri)
+        objects = workload.total
     kfdef_path = f"{KFDEFS_PATH}/{body['metadata']['name']}"
     try:
         applied = await _reconcile_once(bench, kfdef_path, output_dir / "profile-apply.txt")
@@ -174,7 +185,7 @@ async def profile(bench: Bench, scale: float, output_dir: Path) -> dict:
         noop = await _reconcile_once(bench, kfdef_path, output_dir / "profile-noop.txt")
     finally:
         await _teardown(bench, kfdef_path)
-    return {"objects": workload.total, "apply": applied, "noop": noop}
+    return {"objects": objects, "apply": applied, "noop": noop}
 
 
 def main() -> None:
@@ -187,11 +198,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_apply",
                                      description="the profile alone, on a control plane of its own")
     parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--kubeflow", action="store_true", help="profile Kubeflow v1.11.0 instead (bench.release)")
     parser.add_argument("--out", type=Path, default=Path("build/profile"), help="directory for the profile texts")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kfdef-profile-", dir="/dev/shm") as work_dir:
-        summary = asyncio.run(run_alone(Path(work_dir), lambda bench: profile(bench, args.scale, args.out)))
+        summary = asyncio.run(run_alone(Path(work_dir), lambda bench: profile(bench, args.scale, args.out,
+                                                                                kubeflow=args.kubeflow)))
     (args.out / "profile.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps({k: summary[k]["steps_s"] | {"wall": summary[k]["reconcile_wall_s"]}
                       for k in ("apply", "noop")}, indent=1))
