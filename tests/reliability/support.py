@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import socket
 import ssl
 import statistics
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
+from kfdef_dev.controlplane import free_port
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
 from kfdef_operator.ssa.inventory import ObjectRef, split_api_version
 from tests.cluster.conftest import KFDEF_API
@@ -158,10 +160,25 @@ class Route:
     authorization: list[str] = field(default_factory=list)
 
 
+def refusing_socket() -> socket.socket:
+    """A socket bound to a free port on 127.0.0.1 but not listening: connections to it are refused, and while it is
+    held no other process can take the port (a port merely found free was taken by a parallel test's listener)."""
+    for _ in range(100):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", free_port()))
+        except OSError:  # taken since free_port looked
+            sock.close()
+            continue
+        return sock
+    raise OSError("no free port on 127.0.0.1 to reserve")
+
+
 class TarballServer:
     """A threaded HTTP(S) server on 127.0.0.1 whose routes can be switched while the operator fetches."""
 
-    def __init__(self, port: int = 0, *, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, reserved: socket.socket | None = None, *, tls: tuple[Path, Path] | None = None) -> None:
+        """Listen on a new port, or on ``reserved`` (a socket from ``refusing_socket``), which the server takes."""
         self.routes: dict[str, Route] = {}
         self.release = threading.Event()  # lets stalled ("slow") answers finish
         self.closing = threading.Event()  # ends trickling answers
@@ -217,7 +234,11 @@ class TarballServer:
                     if server.closing.wait(1.0):
                         return
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=reserved is None)
+        if reserved is not None:
+            self.httpd.socket.close()
+            self.httpd.socket = reserved
+            self.httpd.server_activate()
         self.httpd.daemon_threads = True
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from kfdef_dev.controlplane import free_port
 from kfdef_dev.manifests import tarball
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
 from tests.kube import wait_for
-from tests.reliability.support import TarballServer, condition, delete_kfdefs, kfdef, wait_ready
+from tests.reliability.support import TarballServer, condition, delete_kfdefs, kfdef, refusing_socket, wait_ready
 
 pytestmark = pytest.mark.cluster
 
@@ -39,7 +38,8 @@ def server():
 def test_source_faults_are_reported_retried_and_recovered(operator, kube, kfdef_namespace, new_stack, server,
                                                           reliability):
     """Every fault at once, each on its own KfDef; then the source comes back"""
-    refused_port = free_port()  # nothing listens here until the source "comes back"
+    refused = refusing_socket()  # held, not listening, until the source "comes back" on it
+    refused_port = refused.getsockname()[1]
     stacks, routes = {}, {}
     for index, (fault, (mode, _)) in enumerate(FAULTS.items()):
         stack = new_stack(with_webhook=False)
@@ -72,7 +72,7 @@ def test_source_faults_are_reported_retried_and_recovered(operator, kube, kfdef_
         "a 404 is not retried within a fetch, only by the operator's backoff"
 
     # The source comes back: nothing is done to the KfDefs.
-    recovered = TarballServer(refused_port)
+    recovered = TarballServer(refused)
     try:
         name, stack, _ = stacks["connection refused"]
         recovered.serve(f"/{name}.tar.gz", tarball(stack.root))
