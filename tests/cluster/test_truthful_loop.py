@@ -323,6 +323,10 @@ def test_a_mutable_source_is_followed_on_the_interval_and_unchanged_costs_no_wri
         route = server.serve("/latest.tar.gz", tarball(repo))
         kube.apply(one_app_kfdef("moving", kfdef_namespace, server.url("/latest.tar.gz"), interval="10s"))
         wait_ready(kube, "moving", kfdef_namespace)
+        # The first apply's last writes follow Ready (its Event is posted after the status patch): counted from the
+        # first resync on, a whole interval later. CI once counted that Event as the resyncs' write.
+        first = len(route.hits)
+        wait_for(lambda: len(route.hits) > first, timeout=25, what="the first resync")
         # Unchanged source over two intervals: fetched again, nothing written.
         hits, before = len(route.hits), writes(operator)
         wait_for(lambda: len(route.hits) >= hits + 2, timeout=40, what="two resyncs")
