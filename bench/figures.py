@@ -13,7 +13,8 @@ JSON = dict[str, Any]
 HEADLINE_KEYS = ("apply.operator_s", "apply.operator_ready_s", "apply.kubectl_ssa_s", "apply.floor_s",
                  "apply.render_floor_s", "apply.apply_phase_s", "render.s",
                  "noop.writes", "noop.s", "noop.restart_s", "noop.reconcile_s", "heal.p50_ms", "heal.p99_ms",
-                 "heal.namespace_s", "heal.crd_s", "teardown.s", "teardown.floor_s", "idle.rss_mb",
+                 "heal.floor_p50_ms", "heal.floor_p99_ms", "heal.namespace_s", "heal.crd_s", "teardown.s",
+                 "teardown.floor_s", "idle.rss_mb",
                  "idle.requests_per_min", "idle.writes", "release.rss_mb", "release.noop.writes",
                  "scale.kfdefs_s", "ha.failover_s", "ha.takeover_s", "ha.handover_s", "ha.handover_lease_s",
                  "shards.fleet_s", "shards.single_s")
@@ -154,7 +155,15 @@ def ratios(results: JSON) -> JSON:
                 results["apply.operator_ready_s"]["value"] / results["apply.kubectl_ssa_s"]["value"],
             "kubectl/floor": results["apply.kubectl_ssa_s"]["value"] / results["apply.floor_s"]["value"],
             "noop/apply": results["noop.s"]["value"] / operator,
-            **release_ratios(results), **floor_ratios(results)}
+            **release_ratios(results), **floor_ratios(results), **heal_ratios(results)}
+
+
+def heal_ratios(results: JSON) -> JSON:
+    """The operator's heals against the heal floor's (``bench/heal.py``), when it ran."""
+    if "heal.floor_p50_ms" not in results:
+        return {}
+    return {f"heal {p}/floor {p}": results[f"heal.{p}_ms"]["value"] / results[f"heal.floor_{p}_ms"]["value"]
+            for p in ("p50", "p99")}
 
 
 def release_ratios(results: JSON) -> JSON:

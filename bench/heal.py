@@ -4,6 +4,8 @@
   Deployments delivers the object again with a new uid. Trials rotate over
   the stack's Deployments so that no object is healed often enough to trip
   the operator's fight backoff (more than 3 heals of one object per minute).
+  Each trial is followed by one of the heal floor (:class:`HealFloor`): a
+  copy of the same Deployment, put back by the least any healer can do.
 - Namespace: from the Namespace's DELETED event (kube-apiserver finished the
   deletion: the namespace controller emptied it) until one of its Deployments
   exists again.
@@ -14,40 +16,152 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import logging
+import statistics
 import time
+from typing import Any
 
 from .context import KFDEFS_PATH, Bench, is_ready, run_selector
 from .operator_runs import Deployed
-from .streams import EventStream
+from .stats import percentile, summary
+from .streams import Arrival, EventStream
 
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
 POLL_S = 0.005
+#: The label of the heal floor's copies (also in their selectors and pod templates); its value is the run's suffix.
+FLOOR_LABEL = "bench.kfdef.dev/heal-floor"
+DEPLOYMENTS = "/apis/apps/v1/deployments"
 
 
 async def _open(bench: Bench, path: str, deployed: Deployed) -> EventStream:
     return await EventStream(bench.kube, path, label_selector=run_selector(deployed.workload)).start()
 
 
-async def deployments(bench: Bench, deployed: Deployed, trials: int, *, timeout: float = 30) -> list[float]:
-    """Milliseconds from each Deployment delete returning until it exists again (new uid)."""
-    stream = await _open(bench, "/apis/apps/v1/deployments", deployed)
-    samples = []
+async def _trial(bench: Bench, stream: EventStream, namespace: str, name: str, timeout: float) -> float:
+    """Delete one Deployment; milliseconds from the DELETE returning until ``stream`` shows it again (new uid)."""
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+    old_uid = (await bench.kube.request("GET", path))["metadata"]["uid"]
+    mark = stream.mark()
+    await bench.kube.request("DELETE", path)
+    deleted_at = time.monotonic()
+    back = await stream.wait_for(
+        lambda a: a.type != "DELETED" and (a.namespace, a.name) == (namespace, name) and a.uid != old_uid,
+        after=mark, timeout=timeout, what=f"Deployment {namespace}/{name} back")
+    return max(back.at - deleted_at, 0.0) * 1000
+
+
+def floor_name(original: str) -> str:
+    return f"{original}-floor"
+
+
+def floor_copy(live: JSON, suffix: str) -> JSON:
+    """A new Deployment like ``live`` beside it: same namespace and spec, ``FLOOR_LABEL`` added to its labels, its
+    selector and its pod template (so that neither the original's ReplicaSets nor its KfDef claim anything of it)."""
+    spec = copy.deepcopy(live["spec"])
+    spec["selector"].setdefault("matchLabels", {})[FLOOR_LABEL] = suffix
+    spec["template"].setdefault("metadata", {}).setdefault("labels", {})[FLOOR_LABEL] = suffix
+    meta = live["metadata"]
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": floor_name(meta["name"]), "namespace": meta["namespace"],
+                         "labels": {FLOOR_LABEL: suffix}},
+            "spec": spec}
+
+
+class HealFloor:
+    """The least any healer can do, which the operator's heals are held against: copies of the stack's Deployments
+    (:func:`floor_copy`, so the same cascade follows each delete), put back by a watch in this process that POSTs a
+    copy the moment its DELETED event is read. No decision, no status, no Event; it shares the measuring process's
+    event loop, which saves it the hop to another process that the operator's heals take."""
+
+    def __init__(self, bench: Bench, suffix: str) -> None:
+        self._bench = bench
+        self._bodies: dict[tuple[str, str], JSON] = {}
+        self._posts: set[asyncio.Task[Any]] = set()
+        self.stream = EventStream(bench.kube, DEPLOYMENTS, label_selector=f"{FLOOR_LABEL}={suffix}",
+                                  on_event=self._on_event)
+        self._suffix = suffix
+
+    async def start(self, originals: list[tuple[str, str]], *, timeout: float = 120) -> HealFloor:
+        """Create a copy of each original Deployment and wait until every copy is available."""
+        await self.stream.start()
+        for namespace, name in originals:
+            live = await self._bench.kube.request("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+            body = floor_copy(live, self._suffix)
+            self._bodies[(namespace, body["metadata"]["name"])] = body
+            await self._bench.kube.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", body=body)
+        for (namespace, name), body in self._bodies.items():
+            replicas = body["spec"].get("replicas", 1)
+            await self.stream.wait_for(
+                lambda a, key=(namespace, name), want=replicas: (a.namespace, a.name) == key
+                and ((a.object.get("status") or {}).get("availableReplicas") or 0) >= want,
+                after=0, timeout=timeout, what=f"floor copy {namespace}/{name} available")
+        return self
+
+    def _on_event(self, arrival: Arrival) -> None:
+        body = self._bodies.get((arrival.namespace, arrival.name))
+        if arrival.type != "DELETED" or body is None:
+            return
+        post = asyncio.create_task(self._bench.kube.request(
+            "POST", f"/apis/apps/v1/namespaces/{arrival.namespace}/deployments", body=body))
+        self._posts.add(post)
+        post.add_done_callback(self._posted)
+
+    def _posted(self, post: asyncio.Task[Any]) -> None:
+        self._posts.discard(post)
+        if not post.cancelled() and post.exception() is not None:
+            log.warning("the heal floor's create failed: %s", post.exception())
+
+    async def close(self, *, timeout: float = 60) -> None:
+        """Stop putting copies back, delete them and wait until each is gone."""
+        copies, self._bodies = list(self._bodies), {}
+        await asyncio.gather(*self._posts, return_exceptions=True)
+        mark = self.stream.mark()
+        for namespace, name in copies:
+            await self._bench.kube.request("DELETE", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+        try:
+            for namespace, name in copies:
+                await self.stream.wait_for(lambda a, key=(namespace, name): a.type == "DELETED"
+                                           and (a.namespace, a.name) == key, after=mark, timeout=timeout,
+                                           what=f"floor copy {namespace}/{name} deleted")
+        finally:
+            await self.stream.close()
+
+
+async def deployments(bench: Bench, deployed: Deployed, trials: int, *,
+                      timeout: float = 30) -> dict[str, list[float]]:
+    """Milliseconds from each Deployment delete returning until it exists again (new uid): the operator's heals
+    (``operator``) and, interleaved with them, the heal floor's of the same Deployments' copies (``floor``)."""
+    targets = deployed.workload.deployments
+    stream = await _open(bench, DEPLOYMENTS, deployed)
+    floor = HealFloor(bench, deployed.workload.suffix)
+    samples: dict[str, list[float]] = {"operator": [], "floor": []}
     try:
-        targets = deployed.workload.deployments
+        await floor.start(targets[:trials])
         for trial in range(trials):
             namespace, name = targets[trial % len(targets)]
-            path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
-            old_uid = (await bench.kube.request("GET", path))["metadata"]["uid"]
-            mark = stream.mark()
-            await bench.kube.request("DELETE", path)
-            deleted_at = time.monotonic()
-            back = await stream.wait_for(
-                lambda a: a.type != "DELETED" and (a.namespace, a.name) == (namespace, name) and a.uid != old_uid,
-                after=mark, timeout=timeout, what=f"Deployment {namespace}/{name} back")
-            samples.append(max(back.at - deleted_at, 0.0) * 1000)
+            samples["operator"].append(await _trial(bench, stream, namespace, name, timeout))
+            await asyncio.sleep(0.05)
+            samples["floor"].append(await _trial(bench, floor.stream, namespace, floor_name(name), timeout))
             await asyncio.sleep(0.05)
     finally:
         await stream.close()
+        await floor.close()
     return samples
+
+
+def figures(samples: dict[str, list[float]], **p99_extra: Any) -> dict[str, Any]:
+    """The results-file entries of :func:`deployments`' samples: p50 and p99 of the operator's heals and of the
+    floor's; ``p99_extra`` goes into the operator's p99 entry."""
+    entries = {}
+    for prefix, key in (("heal.", "operator"), ("heal.floor_", "floor")):
+        ms = samples[key]
+        entries[f"{prefix}p50_ms"] = summary(ms, "ms", value=statistics.median(ms),
+                                             resolution="watch event arrival (asyncio, sub-millisecond)")
+        entries[f"{prefix}p99_ms"] = summary(ms, "ms", value=percentile(ms, 99),
+                                             **(p99_extra if key == "operator" else {}))
+    return entries
 
 
 async def _settle(bench: Bench, deployed: Deployed, timeout: float) -> None:
@@ -67,7 +181,7 @@ async def _settle(bench: Bench, deployed: Deployed, timeout: float) -> None:
 async def namespaces(bench: Bench, deployed: Deployed, trials: int, *, timeout: float = 120) -> list[float]:
     """Seconds from a Namespace's DELETED event until a Deployment of it exists again; one namespace per trial."""
     ns_stream = await _open(bench, "/api/v1/namespaces", deployed)
-    deploy_stream = await _open(bench, "/apis/apps/v1/deployments", deployed)
+    deploy_stream = await _open(bench, DEPLOYMENTS, deployed)
     samples = []
     try:
         for namespace in deployed.workload.namespaces[:trials]:

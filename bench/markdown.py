@@ -242,6 +242,9 @@ _COMPARED = (
     ("operator RSS, both stacks after restart and idle (MiB)", "idle.rss_mb", "results"),
     ("heal p50 (ms)", "heal.p50_ms", "results"),
     ("heal p99 (ms)", "heal.p99_ms", "results"),
+    ("heal floor p50 (ms)", "heal.floor_p50_ms", "results"),
+    ("heal floor p99 (ms)", "heal.floor_p99_ms", "results"),
+    ("heal p99 / heal floor p99", "heal p99/floor p99", "ratios"),
 )
 
 
@@ -308,6 +311,18 @@ def _profile(profile: JSON | None) -> list[str]:
             *table(["step", "apply s", "share", "no-op s", "share"], rows)]
 
 
+def _heal_floor(results: JSON) -> str:
+    """The heal floor's percentiles beside the operator's, as a sentence (none for results that predate it)."""
+    if "heal.floor_p99_ms" not in results:
+        return ""
+    floor = sorted(results["heal.floor_p99_ms"]["samples"])
+    return (f" The heal floor (a copy of each Deployment put back by a bare watch that POSTs it, interleaved with "
+            f"the operator's trials) took p50 {fmt(results['heal.floor_p50_ms']['value'])} ms and p99 "
+            f"{fmt(results['heal.floor_p99_ms']['value'])} ms (slowest {', '.join(fmt(x) for x in floor[-3:])} ms) "
+            f"on the same cluster at the same time: the operator's p99 is "
+            f"{results['heal.p99_ms']['value'] / results['heal.floor_p99_ms']['value']:.2f} x the floor's.")
+
+
 def _heal_writes(entry: dict) -> str:
     """What the clients wrote during the Deployment heals (kube-apiserver's audit log), as a sentence."""
     by_client = entry.get("writes_by_client")
@@ -362,7 +377,8 @@ def _misses(results: JSON) -> list[str]:
             f"- **heal.p99_ms**: the slowest heals took {', '.join(fmt(x) for x in heal[-3:])} ms against a median "
             f"of {fmt(results['heal.p50_ms']['value'])} ms: the heal is one POST (the watch's DELETED event "
             f"starts it, no GET first), so the tail is the event loop or kube-apiserver busy with other work on "
-            f"the 2 shared cores (the measuring process included).{_heal_writes(results['heal.p99_ms'])}")
+            f"the 2 shared cores (the measuring process included).{_heal_floor(results)}"
+            f"{_heal_writes(results['heal.p99_ms'])}")
     if "noop.writes" in missed:
         notes.append(
             f"- **noop.writes**: the operator's writes per restart were {results['noop.writes']['by_request']} "
@@ -428,7 +444,8 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         f"apply phase / floor = {_ratio(r, 'apply phase/floor')}, operator / kubectl = "
         f"**{r['operator/kubectl']:.2f}**, operator / floor = {r['operator/floor']:.2f}, operator Ready / kubectl = "
         f"{r['operator_ready/kubectl']:.2f}, kubectl / floor = {r['kubectl/floor']:.2f}, no-op / apply = "
-        f"{r['noop/apply']:.2f}.",
+        f"{r['noop/apply']:.2f}, heal p50 / heal floor p50 = {_ratio(r, 'heal p50/floor p50')}, heal p99 / heal "
+        f"floor p99 = {_ratio(r, 'heal p99/floor p99')}.",
         "",
         "## A real release",
         "",
@@ -560,7 +577,9 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "kube-controller-manager, kube-scheduler, kwok and the operator (with the render processes and kustomize "
         "runs it waited for), read before and after each apply and teardown; kubectl's own process is not counted.",
         "- `heal.*`: see `bench/heal.py`; Deployment heals measured on a watch "
-        f"({results['heal.p50_ms']['resolution']}).",
+        f"({results['heal.p50_ms']['resolution']}). `heal.floor_*`: the heal floor, the same measurement of copies of "
+        "the same Deployments (a label of their own in their selector) that a watch in the measuring process puts "
+        "back with one POST as soon as their DELETED event is read, each trial right after one of the operator's.",
         "- `teardown.s`: from the KfDef delete call returning until the KfDef is gone and no object of any kind in "
         "the workload carries its instance label (cluster-scoped ones included).",
         "- `teardown.floor_s`: every object of the workload deleted at once (48 in flight, background propagation) "

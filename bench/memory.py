@@ -5,7 +5,8 @@ in a session of their own (``python -m bench`` measures each once, among everyth
   applied, the resident memory read ``RSS_SETTLE_S`` after Ready (``release.rss_mb`` of the full session); the
   operator restarted, its resume reconcile (the no-op) done, the memory read again after as long; the teardown.
 - ``heal``: the synthetic workload deployed, the operator restarted (as in ``python -m bench``, its heals follow a
-  no-op restart), Deployments deleted one at a time (``bench/heal.py``).
+  no-op restart), Deployments deleted one at a time, each followed by a copy of it that the heal floor puts back
+  (``bench/heal.py``).
 
 The figures go to ``build/bench-memory/results.json`` (or ``--out``) and to the log, medians first. Must run inside
 ``tools/netns-run``, with ``KFDEF_STACKS_DIR`` naming the release archives.
@@ -17,7 +18,6 @@ import argparse
 import asyncio
 import json
 import logging
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +30,7 @@ from . import heal, operator_runs, release  # noqa: E402
 from .context import Bench, stack_resources  # noqa: E402
 from .scale import RSS_SETTLE_S  # noqa: E402
 from .standalone import run_alone  # noqa: E402
-from .stats import percentile, summary  # noqa: E402
+from .stats import summary  # noqa: E402
 
 log = logging.getLogger("bench.memory")
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,9 +75,10 @@ async def release_rounds(bench: Bench, rounds: int) -> dict[str, list]:
     return measured
 
 
-async def heal_round(bench: Bench, trials: int) -> list[float]:
+async def heal_round(bench: Bench, trials: int) -> dict[str, list[float]]:
     """Milliseconds of ``trials`` Deployment heals on the synthetic workload, after a no-op restart (its resume
-    reconcile done, as in ``python -m bench``: a delete during that reconcile measures the reconcile)."""
+    reconcile done, as in ``python -m bench``: a delete during that reconcile measures the reconcile), and of as
+    many of the heal floor's (``heal.deployments``)."""
     await asyncio.to_thread(bench.operator.restart)
     workload, uri = bench.new_workload(1.0)
     deployed = await operator_runs.deploy(bench, workload, uri)
@@ -87,7 +88,7 @@ async def heal_round(bench: Bench, trials: int) -> list[float]:
     return samples
 
 
-def _figures(measured: dict[str, list], heal_ms: list[float]) -> dict:
+def _figures(measured: dict[str, list], heal_ms: dict[str, list[float]]) -> dict:
     figures: dict = {}
     for moment in ("applied", "restarted"):
         for field in STATUS_FIELDS:
@@ -98,15 +99,14 @@ def _figures(measured: dict[str, list], heal_ms: list[float]) -> dict:
         figures["release.apply.operator_s"] = summary(measured["applied_s"], "s")
         figures["release.restart.writes"] = summary(measured["restart_writes"], "requests")
     if heal_ms:
-        figures["heal.p50_ms"] = summary(heal_ms, "ms", value=statistics.median(heal_ms))
-        figures["heal.p99_ms"] = summary(heal_ms, "ms", value=percentile(heal_ms, 99))
+        figures.update(heal.figures(heal_ms))
     return figures
 
 
 async def _session(bench: Bench, rounds: int, heal_trials: int) -> dict:
     await asyncio.to_thread(bench.operator.start)
     try:
-        heal_ms = await heal_round(bench, heal_trials) if heal_trials else []
+        heal_ms = await heal_round(bench, heal_trials) if heal_trials else {}
         measured = await release_rounds(bench, rounds) if rounds else {}
     except BaseException:
         log.error("failed; operator log tail:\n%s", bench.operator.log_tail(60))

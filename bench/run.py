@@ -33,7 +33,7 @@ from .cluster import audit_offset, start_control_plane, writes_by_client  # noqa
 from .context import APPLY_PHASE_NOTE, KFDEFS_PATH, Bench, cpu_used, run_selector, stack_resources  # noqa: E402
 from .environment import describe  # noqa: E402
 from .plan import FULL, QUICK, SKIPPABLE, Plan  # noqa: E402
-from .stats import cpu_summary, percentile, steps_summary, summary  # noqa: E402
+from .stats import cpu_summary, steps_summary, summary  # noqa: E402
 from .streams import EventStream  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -142,7 +142,6 @@ async def _scale(bench: Bench, plan: Plan, raw: dict[str, list]) -> None:
 
 def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
     noop, idle, kubectl, many = raw["noop"], raw["idle"][0], raw["kubectl"], raw["many"]
-    heal_ms = raw["heal.deployment_ms"]
     results = {
         "apply.operator_s": summary(raw["apply.operator_s"], "s", objects=base_objects),
         "apply.operator_ready_s": summary(raw["apply.operator_ready_s"], "s"),
@@ -158,8 +157,7 @@ def _results(plan: Plan, raw: dict[str, list], base_objects: int) -> dict:
         "noop.s": summary([n["s"] for n in noop], "s"),
         "noop.restart_s": summary([n["restart_s"] for n in noop], "s"),
         "noop.reconcile_s": summary([n["reconcile_s"] for n in noop], "s"),
-        "heal.p50_ms": summary(heal_ms, "ms", resolution="watch event arrival (asyncio, sub-millisecond)"),
-        "heal.p99_ms": summary(heal_ms, "ms", value=percentile(heal_ms, 99), writes_by_client=raw["heal.writes"]),
+        **heal.figures(raw["heal.deployment_ms"], writes_by_client=raw["heal.writes"]),
         "heal.namespace_s": summary(raw["heal.namespace_s"], "s", resolution="watch events"),
         "heal.crd_s": summary(raw["heal.crd_s"], "s", resolution=f"GET every {heal.POLL_S * 1000:.0f} ms"),
         "teardown.s": summary(raw["teardown.s"], "s", waves=raw["teardown.waves"]),

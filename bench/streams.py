@@ -42,10 +42,13 @@ class Arrival:
 class EventStream:
     """Every event of one collection (optionally label-selected) since :meth:`start`, resumed on timeouts."""
 
-    def __init__(self, kube: KubeClient, path: str, *, label_selector: str | None = None) -> None:
+    def __init__(self, kube: KubeClient, path: str, *, label_selector: str | None = None,
+                 on_event: Callable[[Arrival], None] | None = None) -> None:
+        """``on_event`` is called with each event as soon as it is read, before any waiter wakes."""
         self._kube = kube
         self._path = path
         self._selector = label_selector
+        self._on_event = on_event
         self.events: list[Arrival] = []
         self._changed = asyncio.Condition()
         self._task: asyncio.Task | None = None
@@ -83,8 +86,11 @@ class EventStream:
                         break
                     resource_version = obj["metadata"]["resourceVersion"]
                     if event["type"] != "BOOKMARK":
+                        arrival = Arrival(arrived, event["type"], obj)
+                        if self._on_event is not None:
+                            self._on_event(arrival)
                         async with self._changed:
-                            self.events.append(Arrival(arrived, event["type"], obj))
+                            self.events.append(arrival)
                             self._changed.notify_all()
             except Exception as error:  # connection trouble: resume where we were
                 log.warning("watch of %s interrupted (%s); resuming", self._path, error)

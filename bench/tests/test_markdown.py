@@ -81,3 +81,20 @@ def test_a_missed_heal_target_names_what_each_client_wrote_during_the_heals(olde
     note = _line(_rendered(results), "- **heal.p99_ms**")
     assert "the operator wrote 150 requests (50 PATCH deployments, 50 POST deployments, 50 POST events)" in note
     assert "the cluster's own components 418 (kube-controller-manager 318, kwok 100)" in note
+
+
+def test_a_missed_heal_target_shows_the_heal_floor_beside_it(older: JSON) -> None:
+    """Results with the heal floor: its percentiles and the operator's p99 over its p99 in the note, the table and
+    the ratios; results before it say nothing of it."""
+    assert "heal floor" not in _line(_rendered(older), "- **heal.p99_ms**")
+    results = copy.deepcopy(older)
+    results["heal.p99_ms"]["value"] = 60.0
+    for key, value, samples in (("heal.floor_p50_ms", 12.0, [10.0, 12.0, 40.0]),
+                                ("heal.floor_p99_ms", 40.0, [10.0, 12.0, 40.0])):
+        results[key] = {"value": value, "median": 12.0, "min": 10.0, "max": 40.0, "n": 3, "unit": "ms",
+                        "samples": samples}
+    page = _rendered(results)
+    note = _line(page, "- **heal.p99_ms**")
+    assert "The heal floor" in note and "p99 40.0 ms" in note and "1.50 x the floor's" in note
+    assert _line(page, "| `heal.floor_p99_ms` |").startswith("| `heal.floor_p99_ms` | 40.0 |")
+    assert "heal p99 / heal floor p99 = 1.50" in page
