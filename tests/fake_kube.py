@@ -12,7 +12,7 @@ answers there, as a model of the API server small enough to read:
   uid and resourceVersion preconditions (409), finalizers (deletionTimestamp), dry runs that store nothing;
 - a Namespace or CRD deleted has what lives in it deleted at once (the controllers' work) and goes once that is
   gone (finalizers hold both); a CRD created serves its kind and is Established after ``crd_established_after``
-  virtual seconds;
+  virtual seconds (never, if its name is in ``never_established``);
 - lists with label and field selectors, metadata-only answers, aggregated discovery;
 - watches fed from the changes (initial ADDED events, or a replay from a resourceVersion), ended on request;
 - what another client does just before a request arrives (:meth:`before`); faults by rule (:meth:`fail`):
@@ -240,6 +240,7 @@ class FakeApiServer:
     def __init__(self, *, latency: float = 0.01, crd_established_after: float | None = 0.0) -> None:
         self.latency = latency
         self.crd_established_after = crd_established_after
+        self.never_established: set[str] = set()
         self.log: list[Received] = []
         self.faults: list[Fault] = []
         self._hooks: list[tuple[str | None, str | None, Callable[[Received], None]]] = []
@@ -626,7 +627,7 @@ class FakeApiServer:
             if version.get("served", True):
                 self.serve(Resource(spec["group"], version["name"], names["kind"], names["plural"],
                                 spec.get("scope") == "Namespaced"))
-        if self.crd_established_after is not None:
+        if self.crd_established_after is not None and crd["metadata"]["name"] not in self.never_established:
             path = self.path_of(crd)
             asyncio.get_running_loop().call_later(self.crd_established_after, self._establish, path)
 

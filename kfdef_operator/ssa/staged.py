@@ -1,8 +1,9 @@
 """A whole set applied in stages (see :mod:`ordering`), each object as early as what it needs allows.
 
 :class:`StagedApply` owns the order: namespaces and cluster-wide classes first; then, at once, the CRDs followed
-by each kind's custom resources once its own CRD is Established (no "run it twice"), and the other objects of the
-resources stage, which wait for no CRD; admission objects last. Live metadata of the later stages is looked up
+by each kind's custom resources once its own CRD is Established (no "run it twice"; CRDs no object of the set needs
+go after the others and are not waited for), and the other objects of the resources stage, which wait for no CRD;
+admission objects last. Live metadata of the later stages is looked up
 while the first is applied. The objects themselves are applied by :class:`~kfdef_operator.ssa.apply.Applier`.
 """
 
@@ -50,8 +51,9 @@ class StagedApply:
 
         Namespaces and cluster-wide classes go first. Then two branches run at
         once: the CRDs, then each kind's custom resources once its CRD is
-        Established; and the other objects of the resources stage, which need
-        no CRD. Admission objects go last (see :mod:`ordering`).
+        Established (CRDs of kinds with no object in the set go after the
+        others and are not waited for); and the other objects of the resources
+        stage, which need no CRD. Admission objects go last (see :mod:`ordering`).
         """
         apply_stage = self.applier.apply_stage
         stages = ordering.group_by_stage(objects, lambda item: item[0]["kind"])
@@ -61,6 +63,9 @@ class StagedApply:
         # Custom resources wait for the CRDs even when their kind is served already: the set may re-create its CRD.
         custom = [item for item in stages[ordering.RESOURCES] if ordering.is_custom_group(ref_of(item[0]).group)]
         builtin = [item for item in stages[ordering.RESOURCES] if not ordering.is_custom_group(ref_of(item[0]).group)]
+        with_objects = {_served_kind(obj) for obj, _ in custom} | {_served_kind(obj) for obj in resolve_later}
+        needed = [item for item in crds if _served_kind(item[0]) in with_objects]
+        unneeded = [item for item in crds if _served_kind(item[0]) not in with_objects]
         changes = ChangeSet()
         # Everything after the first items is looked up while those are applied, not after.
         later_items = [(ref_of(obj), resource) for obj, resource in
@@ -71,13 +76,23 @@ class StagedApply:
             if progress is not None:
                 await progress(stage, sum(1 for c in changes if c.ok), total)
 
+        async def apply_unneeded() -> list[Change]:
+            return await apply_stage(ownership, unneeded, await lookup, options) if unneeded else []
+
         async def custom_branch() -> list[Change]:
-            applied = await apply_stage(ownership, crds, await lookup, options) if crds else []
+            # kube-apiserver makes new CRDs Established one after another, in the order they were created (v1.11.0's
+            # 70: some 7 s): the CRDs of kinds this set has objects of are created first, the others once those are
+            # answered. Only the first are waited for; the others' Established is the KfDef's readiness, like a
+            # Deployment's availability.
+            applied = await apply_stage(ownership, needed, await lookup, options) if needed else []
             if options.dry_run:
-                return applied + (await apply_stage(ownership, custom, await lookup, options) if custom else [])
-            by_kind = {_served_kind(obj): change for (obj, _), change in zip(crds, applied, strict=True)}
-            return applied + await self._apply_custom(ownership, custom, resolve_later, by_kind, await lookup,
-                                                      options)
+                return (applied + await apply_unneeded()
+                        + (await apply_stage(ownership, custom, await lookup, options) if custom else []))
+            by_kind = {_served_kind(obj): change for (obj, _), change in zip(needed, applied, strict=True)}
+            custom_changes, unneeded_changes = await asyncio.gather(
+                self._apply_custom(ownership, custom, resolve_later, by_kind, await lookup, options),
+                apply_unneeded())
+            return applied + unneeded_changes + custom_changes
 
         async def builtin_branch() -> list[Change]:
             return await apply_stage(ownership, builtin, await lookup, options) if builtin else []

@@ -80,6 +80,28 @@ def test_namespaces_and_crds_are_applied_before_what_lives_in_them_and_webhooks_
     assert hook.at >= max(cr.answered_at, cm.answered_at), "admission objects go last"
 
 
+def test_crds_the_sets_custom_resources_need_go_first_and_no_other_crd_is_waited_for() -> None:
+    """kube-apiserver makes new CRDs Established one after another, in the order they were created: the CRDs of
+    kinds the set has objects of are created first, the others once those are answered; a CRD no object of the set
+    needs is reported applied without waiting for its Established (the KfDef's readiness covers it)."""
+    server = FakeApiServer(crd_established_after=5.0)
+    unneeded = crd("gadgets.example.com", "Gadget")
+    server.never_established.add(unneeded["metadata"]["name"])
+
+    async def scenario():
+        manager = await manager_on(server)
+        changes = await apply_all(manager, [unneeded, crd(GROUP, "Widget"), widget("w1"), namespace("apps")])
+        return {str(c.ref.name): (c.action, c.message) for c in changes}, asyncio.get_running_loop().time()
+
+    actions, returned_at = virtual_time.run(scenario())
+
+    assert {action for action, _ in actions.values()} == {Action.CREATED}, actions
+    needed, other, cr = (first_write(server, n) for n in (f"widgets.{GROUP}", unneeded["metadata"]["name"], "w1"))
+    assert other.at >= needed.answered_at, "the CRD no object needs is sent after the ones that are needed"
+    assert cr.at >= needed.at + 5.0, "the custom resource still waits until its own CRD is Established"
+    assert returned_at < cr.answered_at + 1.0, "the apply waited for a CRD no object of the set needs"
+
+
 def test_reapplying_an_unchanged_set_writes_nothing() -> None:
     server = FakeApiServer()
 
