@@ -105,3 +105,41 @@ def test_a_custom_resource_waits_only_for_its_own_crd(control_plane, kube, names
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_a_crd_no_object_of_the_set_needs_does_not_hold_the_apply(control_plane, kube, namespace):
+    """A CRD of the set whose kind has no object in it is applied and not waited for: the apply ends while that CRD
+    is still not Established (its Established is the KfDef's readiness); the CRD that is needed still is waited for."""
+    group = f"unneeded-{uuid.uuid4().hex[:6]}.example.io"
+    used, unused = crd(group, "Used"), crd(group, "Unused")
+    obj = {"apiVersion": f"{group}/v1", "kind": "Used", "metadata": {"name": "one", "namespace": namespace},
+           "spec": {"size": 1}}
+
+    async def scenario() -> None:
+        client = await KubeClient.connect(str(control_plane.kubeconfig))
+        tracker = Tracker(client, lambda *_: None)
+        discovery = Discovery(client)
+        try:
+            crd_resource = await discovery.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+            await tracker.watch([(crd_resource, "")])
+            view = WithheldEstablishment(tracker, ObjectRef("apiextensions.k8s.io", "CustomResourceDefinition", "",
+                                                            unused["metadata"]["name"]))
+            manager = ResourceManager(client, discovery, view)
+            owner = Owner("unneeded", namespace, "")
+            # Before, the apply waited for the held CRD until its 120 s timeout and marked it failed.
+            changes = await asyncio.wait_for(
+                manager.apply_all(owner, [(unused, crd_resource), (used, crd_resource)], [obj]), 60)
+            assert not view.release.is_set()
+            assert {(c.ref.kind, c.ref.name, c.action) for c in changes} == {
+                ("CustomResourceDefinition", used["metadata"]["name"], Action.CREATED),
+                ("CustomResourceDefinition", unused["metadata"]["name"], Action.CREATED),
+                ("Used", "one", Action.CREATED)}
+            assert await client.get(f"/apis/{group}/v1/namespaces/{namespace}/useds/one") is not None
+        finally:
+            await tracker.close()
+            for definition in (used, unused):
+                await client.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                               f"{definition['metadata']['name']}")
+            await client.close()
+
+    asyncio.run(scenario())
