@@ -378,8 +378,9 @@ def _misses(results: JSON) -> list[str]:
         notes.append(
             f"- **heal.p99_ms**: the slowest heals took {', '.join(fmt(x) for x in heal[-3:])} ms against a median "
             f"of {fmt(results['heal.p50_ms']['value'])} ms: the heal is one POST (the watch's DELETED event "
-            f"starts it, no GET first), so the tail is the event loop or kube-apiserver busy with other work on "
-            f"the 2 shared cores (the measuring process included).{_heal_floor(results)}"
+            f"starts it, no GET first), so the tail is kube-apiserver and the operator waiting for one of the 2 "
+            f"cores that the cluster's components share with them while the delete's cascade runs."
+            f"{_heal_floor(results)}"
             f"{_heal_writes(results['heal.p99_ms'], with_floor='heal.floor_p99_ms' in results)}")
     if "noop.writes" in missed:
         notes.append(
@@ -609,7 +610,11 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "- `heal.*`: see `bench/heal.py`; Deployment heals measured on a watch "
         f"({results['heal.p50_ms']['resolution']}). `heal.floor_*`: the heal floor, the same measurement of copies of "
         "the same Deployments (a label of their own in their selector) that a watch in the measuring process puts "
-        "back with one POST as soon as their DELETED event is read, each trial right after one of the operator's.",
+        "back with one POST as soon as their DELETED event is read, each trial right after one of the operator's. "
+        "A trial starts once the last one's Deployment is available again (after the operator's, once its KfDef "
+        "reports every object ready too), so that each heal shares the cluster with its own delete's cascade only; "
+        "the measuring process's garbage collector is held off while a heal is timed. p99 is nearest-rank: of 100 "
+        "heals, the second slowest.",
         "- `teardown.s`: from the KfDef delete call returning until the KfDef is gone and no object of any kind in "
         "the workload carries its instance label (cluster-scoped ones included).",
         "- `teardown.floor_s`: every object of the workload deleted at once (48 in flight, background propagation) "

@@ -119,7 +119,7 @@ async def _session(bench: Bench, rounds: int, heal_trials: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the release (0: none)")
-    parser.add_argument("--heal-trials", type=int, default=50, help="Deployment heals (0: none)")
+    parser.add_argument("--heal-trials", type=int, default=100, help="Deployment heals (0: none)")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench-memory" / "results.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
