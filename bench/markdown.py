@@ -502,6 +502,31 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "against 13.1 during the floor's 9 s; of the difference, 0.7 s went to encoding watch events (the "
         "operator's watch of CRDs receives each CRD status write whole) and 0.7 s to serving lists.",
         "",
+        "## Where the heal tail came from (issue 26)",
+        "",
+        "Measured apart from the runs above (2026-11-29, this machine), with `python -m bench.memory --rounds 0` on "
+        "a fresh control plane per session, kube-apiserver's audit log, and the times at which the operator read "
+        "each DELETED event and sent its POST:",
+        "",
+        "- **The operator's own part of a heal is about a millisecond.** Its watch read the DELETED event a median "
+        "1 ms after the benchmark's DELETE returned and the POST left 0.2 ms later. kube-apiserver received the "
+        "operator's create 3.4 ms (median; p99 10.1) after it had answered the delete and answered it 3.1 ms later; "
+        "the floor's create 2.5 ms (p99 6.0) after, answered 2.8 ms later.",
+        "- **A 50 ms pause between trials made each heal share the cluster with the last one's cascade:** the new "
+        "Deployment's ReplicaSet, Pod, binding, status updates, Endpoints and EndpointSlices, some 30 writes over "
+        "100 ms. Two sessions back to back, 50 heals each: with the pause, p99 55.3 ms (floor 50.7); with 1 s "
+        "instead, 13.8 ms (floor 9.8). A trial now starts once the last healed Deployment is available again (and "
+        "the KfDef reports every object ready), a condition rather than a pause.",
+        "- **The measuring process's garbage collector was once counted as a heal:** the operator's create was "
+        "answered 15 ms after the delete, and the benchmark read it at 68.6 ms, at the end of a 60.7 ms collection "
+        "of its own heap. The collector is now held off while a heal is timed.",
+        "- **With 50 heals the nearest-rank p99 is the slowest heal**; 100 make it the second slowest.",
+        "- **Paced so, 3 sessions of 100 heals:** operator p99 18.0, 27.6, 20.3 ms (p50 7.2, 7.8, 7.0); floor "
+        "p99 13.9, 17.3, 16.7 ms (p50 5.6, 5.4, 5.2). In the operator's slowest heals the POST reached "
+        "kube-apiserver 3 to 10 ms after it was sent: the 2 cores were busy more than half the time (over 26.5 s of "
+        "heals kube-apiserver used 16.5 CPU-s, kube-controller-manager 4.6, etcd 3.9, kwok 1.3, kube-scheduler 1.2, "
+        "the operator 1.35).",
+        "",
         "## The render before and after the render helper (issue 23)",
         "",
         "Measured apart from the runs above (they predate it), on Kubeflow v1.11.0's `example/` (653 objects), the "
