@@ -9,8 +9,11 @@ CRD's object must land while the second is still held.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -18,7 +21,7 @@ from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.tracker import Tracker
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeClient
-from kfdef_operator.ssa.discovery import Discovery
+from kfdef_operator.ssa.discovery import Discovery, Resource
 from kfdef_operator.ssa.health import Health, State
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.live import LiveObject
@@ -64,6 +67,38 @@ class WithheldEstablishment:
         await self.tracker.next_event(ref, timeout)
 
 
+@dataclass
+class Barrier:
+    """A client, a manager whose view withholds one CRD's Established, that view, and the CRDs to apply."""
+
+    client: KubeClient
+    manager: ResourceManager
+    view: WithheldEstablishment
+    crds: list[tuple[dict, Resource]]
+
+
+@contextlib.asynccontextmanager
+async def manager_withholding(control_plane, held: dict, crds: list[dict]) -> AsyncIterator[Barrier]:
+    """A resource manager on the real cluster whose live view withholds ``held``'s Established condition; every
+    CRD of ``crds`` is deleted after."""
+    client = await KubeClient.connect(str(control_plane.kubeconfig))
+    tracker = Tracker(client, lambda *_: None)
+    discovery = Discovery(client)
+    try:
+        crd_resource = await discovery.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        await tracker.watch([(crd_resource, "")])
+        view = WithheldEstablishment(tracker, ObjectRef("apiextensions.k8s.io", "CustomResourceDefinition", "",
+                                                        held["metadata"]["name"]))
+        yield Barrier(client, ResourceManager(client, discovery, view), view,
+                      [(definition, crd_resource) for definition in crds])
+    finally:
+        await tracker.close()
+        for definition in crds:
+            await client.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                           f"{definition['metadata']['name']}")
+        await client.close()
+
+
 def test_a_custom_resource_waits_only_for_its_own_crd(control_plane, kube, namespace):
     group = f"barrier-{uuid.uuid4().hex[:6]}.example.io"
     quick, slow = crd(group, "Quick"), crd(group, "Slow")
@@ -71,18 +106,10 @@ def test_a_custom_resource_waits_only_for_its_own_crd(control_plane, kube, names
                 "spec": {"size": 1}} for kind in ("Quick", "Slow")]
 
     async def scenario() -> None:
-        client = await KubeClient.connect(str(control_plane.kubeconfig))
-        tracker = Tracker(client, lambda *_: None)
-        discovery = Discovery(client)
-        try:
-            crd_resource = await discovery.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-            await tracker.watch([(crd_resource, "")])
-            view = WithheldEstablishment(tracker, ObjectRef("apiextensions.k8s.io", "CustomResourceDefinition", "",
-                                                            slow["metadata"]["name"]))
-            manager = ResourceManager(client, discovery, view)
-            owner = Owner("barrier", namespace, "")
-            apply = asyncio.create_task(manager.apply_all(owner, [(quick, crd_resource), (slow, crd_resource)],
-                                                          objects))
+        async with manager_withholding(control_plane, slow, [quick, slow]) as barrier:
+            client = barrier.client
+            apply = asyncio.create_task(barrier.manager.apply_all(Owner("barrier", namespace, ""), barrier.crds,
+                                                                  objects))
             deadline = time.monotonic() + 60
             while await client.get(f"/apis/{group}/v1/namespaces/{namespace}/quicks/one") is None:
                 assert not apply.done(), f"the apply ended without the Quick object: {apply.result()}"
@@ -92,17 +119,11 @@ def test_a_custom_resource_waits_only_for_its_own_crd(control_plane, kube, names
             assert await client.get(f"/apis/{group}/v1/namespaces/{namespace}/slows/one") is None
             assert not apply.done()
 
-            view.release.set()
+            barrier.view.release.set()
             changes = await asyncio.wait_for(apply, 60)
             assert {(c.ref.kind, c.action) for c in changes} == {
                 ("CustomResourceDefinition", Action.CREATED), ("Quick", Action.CREATED), ("Slow", Action.CREATED)}
             assert await client.get(f"/apis/{group}/v1/namespaces/{namespace}/slows/one") is not None
-        finally:
-            await tracker.close()
-            for definition in (quick, slow):
-                await client.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                                               f"{definition['metadata']['name']}")
-            await client.close()
 
     asyncio.run(scenario())
 
@@ -116,30 +137,15 @@ def test_a_crd_no_object_of_the_set_needs_does_not_hold_the_apply(control_plane,
            "spec": {"size": 1}}
 
     async def scenario() -> None:
-        client = await KubeClient.connect(str(control_plane.kubeconfig))
-        tracker = Tracker(client, lambda *_: None)
-        discovery = Discovery(client)
-        try:
-            crd_resource = await discovery.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-            await tracker.watch([(crd_resource, "")])
-            view = WithheldEstablishment(tracker, ObjectRef("apiextensions.k8s.io", "CustomResourceDefinition", "",
-                                                            unused["metadata"]["name"]))
-            manager = ResourceManager(client, discovery, view)
-            owner = Owner("unneeded", namespace, "")
+        async with manager_withholding(control_plane, unused, [unused, used]) as barrier:
             # Before, the apply waited for the held CRD until its 120 s timeout and marked it failed.
             changes = await asyncio.wait_for(
-                manager.apply_all(owner, [(unused, crd_resource), (used, crd_resource)], [obj]), 60)
-            assert not view.release.is_set()
+                barrier.manager.apply_all(Owner("unneeded", namespace, ""), barrier.crds, [obj]), 60)
+            assert not barrier.view.release.is_set()
             assert {(c.ref.kind, c.ref.name, c.action) for c in changes} == {
                 ("CustomResourceDefinition", used["metadata"]["name"], Action.CREATED),
                 ("CustomResourceDefinition", unused["metadata"]["name"], Action.CREATED),
                 ("Used", "one", Action.CREATED)}
-            assert await client.get(f"/apis/{group}/v1/namespaces/{namespace}/useds/one") is not None
-        finally:
-            await tracker.close()
-            for definition in (used, unused):
-                await client.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                                               f"{definition['metadata']['name']}")
-            await client.close()
+            assert await barrier.client.get(f"/apis/{group}/v1/namespaces/{namespace}/useds/one") is not None
 
     asyncio.run(scenario())
