@@ -71,6 +71,9 @@ def test_a_crd_whose_cleanup_failed_is_touched_and_one_being_deleted_normally_is
             manager = ResourceManager(client, discovery, tracker)
             changes = await manager.apply_all(owner, [(definition, resource)], [])
             assert [c.action for c in changes] == [Action.CREATED], changes
+            # No object of the set needs this CRD, so the apply did not wait for it; deleted while its storage is
+            # still initialising, kube-apiserver's cleanup can fail and stay failed (the race above).
+            await wait_until("the CRD is Established", lambda: _established(client, path))
             await client.request("PATCH", path, content_type="application/merge-patch+json",
                                  body={"metadata": {"finalizers": [HOLD]}})
             await client.request("DELETE", path)
@@ -115,6 +118,12 @@ async def _completed(client: KubeClient, path: str) -> dict | None:
     done = live is not None and terminating(live).get("reason") == "InstanceDeletionCompleted" \
         and live["metadata"].get("finalizers") == [HOLD]
     return live if done else None
+
+
+async def _established(client: KubeClient, path: str) -> dict | None:
+    live = await client.get(path)
+    conditions = (live or {}).get("status", {}).get("conditions") or []
+    return live if any(c["type"] == "Established" and c["status"] == "True" for c in conditions) else None
 
 
 async def _touched(client: KubeClient, path: str) -> dict | None:
