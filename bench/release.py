@@ -33,7 +33,7 @@ import yaml
 
 from kfdef_dev.releases import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
 from kfdef_dev.unservable import write_wrappers
-from kfdef_operator.ssa.aggregation import deletion_order
+from kfdef_operator.ssa.aggregation import deletion_levels
 from kfdef_operator.ssa.client import KubeApiError
 
 from . import baselines
@@ -211,7 +211,8 @@ async def remove(bench: Bench, objects: list[JSON], *, timeout: float = 600) -> 
     targets = await baselines.paths(bench.kube, objects)
     outside = [targets[i] for i in _outside(objects, [namespaced for _, _, namespaced in targets])]
     path_of = {obj["metadata"]["name"]: path for obj, path, _ in outside if obj["kind"] == "ClusterRole"}
-    first = [path_of[name] for name in deletion_order(obj for obj, _, _ in outside if obj["kind"] == "ClusterRole")]
+    first = [path_of[name] for level in deletion_levels(obj for obj, _, _ in outside if obj["kind"] == "ClusterRole")
+             for name in level]
     for path in first:
         await _delete(bench, [path])
     await bench.kube.gather_limited([_delete(bench, [path]) for _, path, _ in outside if path not in first],

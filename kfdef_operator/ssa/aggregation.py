@@ -10,14 +10,16 @@ rules are never part of what the operator applies or compares.
 
 The controller writes with server-side apply, which *creates* an object that
 does not exist. Whenever any ClusterRole changes it re-computes every
-aggregated role it still has in its cache: if an aggregated role is deleted
-while a role it aggregates is deleted too, the controller can see the second
-deletion first and put the first role back, holding nothing but rules and
-owned by no one. Aggregated roles are therefore deleted one at a time, each
-before the roles it aggregates, and before any other ClusterRole of the same
-wave (:func:`deletion_order`). The controller's cache sees deletions in the
-order the server made them, so when the roles an aggregated role draws from
-go, it has forgotten that role already.
+aggregated role it still has in its cache, reading the role and then the
+roles it draws from, two reads of a cache that moves on in between: if an
+aggregated role is deleted and then a role it draws from, a computation that
+read the first before its deletion and the second after puts the first role
+back, holding nothing but rules and owned by no one (an *echo*,
+:func:`is_echo`). Aggregated roles are therefore deleted in levels, each
+level gone before the roles its members draw from are deleted
+(:func:`deletion_levels`), which leaves the controller's cache the time to
+forget them; the echo the controller can still make when it lags behind is
+removed after the deletes (``kfdef_operator.ssa.teardown``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from kfdef_operator.api.types import JSON
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
+#: The field manager of kube-controller-manager's aggregation controller.
+AGGREGATION_CONTROLLER = "clusterrole-aggregation-controller"
 
 
 def is_aggregated(obj: JSON) -> bool:
@@ -70,26 +74,36 @@ def aggregates(role: JSON, other: JSON) -> bool:
                for selector in (role.get("aggregationRule") or {}).get("clusterRoleSelectors") or [])
 
 
-def deletion_order(roles: Iterable[JSON]) -> list[str]:
-    """Names of the aggregated roles among ``roles``, each before every aggregated role it draws rules from.
+def is_echo(obj: JSON) -> bool:
+    """Whether ``obj`` is a ClusterRole the aggregation controller re-created after its deletion: no
+    ``aggregationRule`` and nobody but that controller among its field managers (it only ever writes rules)."""
+    managers = {entry.get("manager") for entry in (obj.get("metadata") or {}).get("managedFields") or []}
+    return obj.get("kind") == "ClusterRole" and not obj.get("aggregationRule") and managers == {AGGREGATION_CONTROLLER}
 
-    Roles that draw from each other (a cycle) keep their given order among themselves.
+
+def deletion_levels(roles: Iterable[JSON]) -> list[list[str]]:
+    """Names of the aggregated roles among ``roles`` in levels: each role in a level before every aggregated role
+    it draws rules from, none of a level drawing from another of it.
+
+    Of roles that draw from each other (a cycle), one goes a level before the other.
     """
     aggregated = {role["metadata"]["name"]: role for role in roles if is_aggregated(role)}
-    ordered: list[str] = []
+    depth: dict[str, int] = {}
     visiting: set[str] = set()
 
-    def visit(name: str) -> None:
-        # Everything that draws from ``name`` is deleted before it.
-        if name in ordered or name in visiting:
-            return
-        visiting.add(name)
-        for other, role in aggregated.items():
-            if other != name and aggregates(role, aggregated[name]):
-                visit(other)
-        visiting.discard(name)
-        ordered.append(name)
+    def depth_of(name: str) -> int:
+        # One level after the deepest role that draws from ``name``.
+        if name not in depth:
+            visiting.add(name)
+            drawers = [other for other, role in aggregated.items()
+                       if other != name and other not in visiting and aggregates(role, aggregated[name])]
+            depth[name] = max((depth_of(other) + 1 for other in drawers), default=0)
+            visiting.discard(name)
+        return depth[name]
 
+    levels: list[list[str]] = []
     for name in aggregated:
-        visit(name)
-    return ordered
+        level = depth_of(name)
+        levels.extend([] for _ in range(level + 1 - len(levels)))
+        levels[level].append(name)
+    return levels

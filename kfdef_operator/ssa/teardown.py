@@ -3,16 +3,19 @@
 :class:`Removal` goes in teardown waves (see :mod:`ordering`). Each object is deleted only if it is the owner's
 (the delete carries the uid of the object judged deletable, and the resourceVersion where the watch cache
 answered instead of a read, so an object replaced meanwhile is never deleted), released if the owner adopted it
-or a person took it over, and left alone otherwise. Aggregated ClusterRoles go before the roles they draw from.
+or a person took it over, and left alone otherwise. Aggregated ClusterRoles go before the roles they draw from,
+and what kube-controller-manager re-creates of them is removed (:mod:`kfdef_operator.ssa.aggregation`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import aggregation, ordering
 from kfdef_operator.ssa.access import (
     MERGE_PATCH,
@@ -34,6 +37,13 @@ log = logging.getLogger(__name__)
 
 #: Custom resources per listing request when the teardown looks for those that still need a controller.
 _LIST_PAGE = 500
+#: How long a level of aggregated ClusterRoles is awaited before the roles they draw from go anyway (a finalizer
+#: holds one: the echo removal still covers it).
+_LEVEL_GONE_S = 10.0
+#: How long after a wave's aggregated ClusterRoles were deleted their echoes (:func:`aggregation.is_echo`) are looked
+#: for. kube-controller-manager makes one within milliseconds of seeing the deletes, and reports nothing that would
+#: tell when it is done: the window only bounds its lag, and overlaps with the wave's own wait.
+_ECHO_WINDOW_S = 3.0
 
 
 @dataclass
@@ -58,6 +68,26 @@ def _is_crd(ref: ObjectRef) -> bool:
     return ref.kind == "CustomResourceDefinition"
 
 
+def _is_cluster_role(ref: ObjectRef) -> bool:
+    return ref.group == aggregation.RBAC_GROUP and ref.kind == "ClusterRole"
+
+
+def _deleted(answer: Change | BaseException) -> bool:
+    return isinstance(answer, Change) and answer.action is Action.DELETED
+
+
+@dataclass
+class _WaveSent:
+    """What removing one wave answered, in the wave's order; the aggregated ClusterRoles it deleted (and when the
+    last delete was answered), which kube-controller-manager may re-create (:meth:`Removal._remove_echoes`); and
+    those already seen gone (not to be awaited again: an echo at the same name is not them)."""
+
+    answers: list[Change | BaseException]
+    aggregated: list[tuple[ObjectRef, str]]
+    sent_at: float
+    gone: set[ObjectRef]
+
+
 class Removal:
     """Prunes and tears down objects through ``access``, waiting for deleted ones with ``waits``."""
 
@@ -72,9 +102,10 @@ class Removal:
         """
         changes = ChangeSet()
         for wave in _waves(stale):
-            answers = await self._remove_wave(ownership, wave, dry_run)
+            sent = await self._remove_wave(ownership, wave, dry_run)
+            await self._remove_echoes(ownership, sent)
             changes.extend(answer if isinstance(answer, Change) else self._failed(ref, answer)
-                           for (ref, _), answer in zip(wave, answers, strict=True))
+                           for (ref, _), answer in zip(wave, sent.answers, strict=True))
         return changes
 
     async def teardown(self, ownership: Ownership, inventory: Mapping[ObjectRef, str], *, wave_timeout: float = 60.0,
@@ -99,19 +130,20 @@ class Removal:
             for ref, _ in wave:
                 del left[ref]
             wave_started = time.monotonic()
-            answers = await self._remove_wave(ownership, wave)
+            sent = await self._remove_wave(ownership, wave)
             sent_s = time.monotonic() - wave_started
             pending: list[tuple[ObjectRef, str]] = []
-            for (ref, version), answer in zip(wave, answers, strict=True):
+            for (ref, version), answer in zip(wave, sent.answers, strict=True):
                 change = answer if isinstance(answer, Change) else self._failed(ref, answer)
                 if change.action is Action.FAILED:
                     result.remaining.append((ref, f"delete failed: {change.message}"))
-                elif change.action is Action.DELETED:
+                elif change.action is Action.DELETED and ref not in sent.gone:
                     pending.append((ref, version))
                 else:
                     result.changes.extend([change])
             gone = await self.access.gather([self.waits.gone(ownership, ref, version, wave_timeout)
                                              for ref, version in pending])
+            await self._remove_echoes(ownership, sent)
             for (ref, _), waited in zip(pending, gone, strict=True):
                 if waited is True:
                     result.changes.extend([Change(ref, Action.DELETED)])
@@ -157,45 +189,97 @@ class Removal:
         return Change(ref, Action.FAILED, message)
 
     async def _remove_wave(self, ownership: Ownership, wave: list[tuple[ObjectRef, str]],
-                           dry_run: bool = False) -> list[Change | BaseException]:
-        """Remove one wave; answers in the wave's order (``dry_run``: server-side dry runs).
+                           dry_run: bool = False) -> _WaveSent:
+        """Remove one wave (``dry_run``: server-side dry runs).
 
-        Aggregated ClusterRoles go first, one at a time, each before the roles
-        it aggregates (:mod:`kfdef_operator.ssa.aggregation`): removed together
-        with them, kube-controller-manager could re-create it.
+        Aggregated ClusterRoles go in levels (:func:`aggregation.deletion_levels`), each level awaited until gone
+        before the next, and the other ClusterRoles, which they may draw from, after them; the wave's other kinds
+        meanwhile.
         """
+        levels = await self._aggregated_levels(wave)
         answers: dict[ObjectRef, Change | BaseException] = {}
-        for ref, version in await self._aggregated_first(wave):
-            try:
-                answers[ref] = await self._remove(ownership, ref, version, dry_run)
-            except Exception as error:  # reported like any failed removal
-                answers[ref] = error
-        rest = [(ref, version) for ref, version in wave if ref not in answers]
-        removed = await self.access.gather([self._remove(ownership, ref, version, dry_run) for ref, version in rest])
-        for (ref, _), answer in zip(rest, removed, strict=True):
-            answers[ref] = answer
-        return [answers[ref] for ref, _ in wave]
+        gone: set[ObjectRef] = set()
 
-    async def _aggregated_first(self, wave: list[tuple[ObjectRef, str]]) -> list[tuple[ObjectRef, str]]:
-        """The wave's aggregated ClusterRoles in deletion order, read from one listing of the live ClusterRoles
-        (each read alone by an identity that may not list them; one it may not read is left to its removal)."""
-        roles = {ref.name: (ref, version) for ref, version in wave
-                 if ref.group == aggregation.RBAC_GROUP and ref.kind == "ClusterRole"}
+        async def remove(items: list[tuple[ObjectRef, str]]) -> None:
+            removed = await self.access.gather([self._remove(ownership, ref, version, dry_run)
+                                                for ref, version in items])
+            answers.update((ref, answer) for (ref, _), answer in zip(items, removed, strict=True))
+
+        async def roles_in_order(roles: list[tuple[ObjectRef, str]]) -> None:
+            for level in levels:
+                await remove(level)
+                if not dry_run:
+                    deleted = [ref for ref, version in level if _deleted(answers[ref])]
+                    waited = await self.access.gather([self.waits.gone(ownership, ref, version, _LEVEL_GONE_S)
+                                                       for ref, version in level if ref in deleted])
+                    gone.update(ref for ref, answer in zip(deleted, waited, strict=True) if answer is True)
+            await remove(roles)
+
+        if levels:
+            aggregated = {ref for level in levels for ref, _ in level}
+            await asyncio.gather(
+                roles_in_order([item for item in wave if _is_cluster_role(item[0]) and item[0] not in aggregated]),
+                remove([item for item in wave if not _is_cluster_role(item[0])]))
+        else:
+            await remove(wave)
+        deleted = [] if dry_run else [item for level in levels for item in level if _deleted(answers[item[0]])]
+        return _WaveSent([answers[ref] for ref, _ in wave], deleted, time.monotonic(), gone)
+
+    async def _aggregated_levels(self, wave: list[tuple[ObjectRef, str]]) -> list[list[tuple[ObjectRef, str]]]:
+        """The wave's aggregated ClusterRoles in deletion levels, as they are live."""
+        roles = {ref.name: (ref, version) for ref, version in wave if _is_cluster_role(ref)}
+        live = await self._read_cluster_roles(roles.values())
+        return [[roles[name] for name in level] for level in aggregation.deletion_levels(live)]
+
+    async def _read_cluster_roles(self, roles: Collection[tuple[ObjectRef, str]]) -> list[JSON]:
+        """The live ClusterRoles among ``roles``, from one listing of all (each read alone by an identity that may
+        not list them; one it may not read is left out)."""
         if not roles:
             return []
+        names = {ref.name for ref, _ in roles}
         kube = self.access.kube
-        resource = await self.access.discovery.resource_for_ref(*next(iter(roles.values())))
+        resource = await self.access.discovery.resource_for_ref(*next(iter(roles)))
         try:
             listing = await kube.request("GET", resource.collection_path())
-            live = [item for item in listing.get("items") or [] if (item.get("metadata") or {}).get("name") in roles]
+            live = [item for item in listing.get("items") or [] if (item.get("metadata") or {}).get("name") in names]
         except KubeApiError as error:
             if error.status != 403:
                 raise
-            read = await self.access.gather([kube.get(resource.path_of(ref)) for ref, _ in roles.values()])
+            read = await self.access.gather([kube.get(resource.path_of(ref)) for ref, _ in roles])
             live = [item for item in read if isinstance(item, dict)]
         for item in live:  # list items carry no apiVersion/kind
             item.update(apiVersion=resource.api_version, kind=resource.kind)
-        return [roles[name] for name in aggregation.deletion_order(live)]
+        return live
+
+    async def _remove_echoes(self, ownership: Ownership, sent: _WaveSent) -> None:
+        """Delete the echoes kube-controller-manager made of the aggregated ClusterRoles the wave deleted
+        (:func:`aggregation.is_echo`), once the echo window has passed since ``sent``, each on the condition that it
+        is still the very object read (its uid). Never fails the removal: an echo left is logged, with what to do."""
+        if not sent.aggregated:
+            return
+        await asyncio.sleep(max(0.0, sent.sent_at + _ECHO_WINDOW_S - time.monotonic()))
+        try:
+            resource = await self.access.discovery.resource_for_ref(*sent.aggregated[0])
+            echoes = [role for role in await self._read_cluster_roles(sent.aggregated) if aggregation.is_echo(role)]
+            answers = await self.access.gather([
+                self.access.kube.request("DELETE", resource.object_path(role["metadata"]["name"]),
+                                         body=delete_body(role["metadata"]["uid"]), accept=ONE_METADATA_ONLY)
+                for role in echoes])
+        except (KubeApiError, UnknownKind) as error:
+            log.warning("%s: could not look for ClusterRoles that kube-controller-manager re-created after their "
+                        "deletion (%s); any of %s still there without an aggregationRule is left over: delete it",
+                        ownership, self.access.describe(error), ", ".join(ref.name for ref, _ in sent.aggregated))
+            return
+        for role, answer in zip(echoes, answers, strict=True):
+            name = role["metadata"]["name"]
+            if not isinstance(answer, BaseException):
+                log.info("%s: ClusterRole %s was re-created by kube-controller-manager's aggregation controller after "
+                         "its deletion, holding only rules; deleted it again", ownership, name)
+            # 404 or 409: gone, or replaced by someone meanwhile (the uid precondition): no echo to delete any more
+            elif not (isinstance(answer, KubeApiError) and answer.status in (404, 409)):
+                log.warning("%s: ClusterRole %s was re-created by kube-controller-manager's aggregation controller "
+                            "after its deletion, and deleting it again failed (%s): delete it", ownership, name,
+                            self.access.describe(answer))
 
     async def _remove(self, ownership: Ownership, ref: ObjectRef, version: str, dry_run: bool = False) -> Change:
         """Delete one object the owner created, or release one it adopted or a person took over.

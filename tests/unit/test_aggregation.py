@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfdef_operator.ssa.aggregation import deletion_order, selector_matches
+from kfdef_operator.ssa.aggregation import AGGREGATION_CONTROLLER, deletion_levels, is_echo, selector_matches
 from kfdef_operator.ssa.drift import drifted
 from kfdef_operator.ssa.normalize import normalize
 
@@ -69,7 +69,7 @@ def test_label_selectors(selector, labels, selected):
     assert selector_matches(selector, labels) is selected
 
 
-def test_each_aggregated_role_is_deleted_before_the_aggregated_roles_it_draws_from():
+def test_aggregated_roles_are_deleted_in_levels_each_before_the_aggregated_roles_it_draws_from():
     # Kubeflow's chain: kubeflow-admin draws from kubeflow-edit, which draws from kubeflow-view.
     roles = [
         cluster_role("kubeflow-view", labels={"to-edit": "true"}, aggregates_label="to-view"),
@@ -77,14 +77,30 @@ def test_each_aggregated_role_is_deleted_before_the_aggregated_roles_it_draws_fr
         cluster_role("kubeflow-edit", labels={"to-admin": "true"}, aggregates_label="to-edit"),
         cluster_role("kubeflow-admin", aggregates_label="to-admin"),
         cluster_role("katib-admin", labels={"to-admin": "true"}, aggregates_label="to-katib"),
+        cluster_role("standalone", aggregates_label="to-nothing"),
     ]
-    order = deletion_order(roles)
-    assert sorted(order) == ["katib-admin", "kubeflow-admin", "kubeflow-edit", "kubeflow-view"]
-    assert order.index("kubeflow-admin") < order.index("kubeflow-edit") < order.index("kubeflow-view")
-    assert order.index("kubeflow-admin") < order.index("katib-admin")
+    assert deletion_levels(roles) == [["kubeflow-admin", "standalone"], ["kubeflow-edit", "katib-admin"],
+                                      ["kubeflow-view"]]
 
 
-def test_roles_that_draw_from_each_other_are_each_deleted_once():
+def test_roles_that_draw_from_each_other_are_each_deleted_once_in_levels_of_their_own():
     roles = [cluster_role("a", labels={"to-b": "true"}, aggregates_label="to-a"),
              cluster_role("b", labels={"to-a": "true"}, aggregates_label="to-b")]
-    assert sorted(deletion_order(roles)) == ["a", "b"]
+    assert sorted(deletion_levels(roles)) == [["a"], ["b"]]
+
+
+def managed_by(role: dict, *managers: str) -> dict:
+    role["metadata"]["managedFields"] = [{"manager": manager, "operation": "Apply"} for manager in managers]
+    return role
+
+
+@pytest.mark.parametrize(("role", "echo"), [
+    (managed_by(cluster_role("kubeflow-admin", rules=READ_PODS), AGGREGATION_CONTROLLER), True),
+    # Still aggregated: the role itself, whoever wrote it last.
+    (managed_by(cluster_role("kubeflow-admin", aggregates_label="a", rules=READ_PODS), AGGREGATION_CONTROLLER), False),
+    # Somebody else's role at that name.
+    (managed_by(cluster_role("kubeflow-admin", rules=READ_PODS), "kubectl"), False),
+    (managed_by(cluster_role("kubeflow-admin", rules=READ_PODS), AGGREGATION_CONTROLLER, "kubectl"), False),
+])
+def test_an_echo_is_a_cluster_role_only_the_aggregation_controller_wrote(role, echo):
+    assert is_echo(role) is echo
