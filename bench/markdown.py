@@ -529,9 +529,17 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "- **Not the connection pool, nor a collector:** in a fourth session (p99 17.0 ms, floor 10.0) the operator "
         "opened no new connection while its heals were timed (aiohttp's connection set-up logged: a new TLS "
         "connection costs 5 to 15 ms here), and no process had a collection of over 0.5 ms within 30 ms of any of "
-        "its three slowest heals. The full runs of 2026-11-29 measured p99 29.8 ms (62371b1) and 13.5 ms (c74e830), "
-        "floor 14.4 and 16.3: the tail is the cluster's, and a single run of 100 heals lands on either side of "
-        "20 ms.",
+        "its three slowest heals. Every loop step of the operator's heals, logged with its wall and CPU time over "
+        "100 heals: p50 0.1 ms, p98 1.4 ms, at most 6.7 ms of wall for 0.3 ms of CPU: when a step is slow, the "
+        "process was waiting for a core, not working.",
+        "- **Nine sessions of 100 heals with this code (2026-11-29, c74e830, the full run among them):** operator "
+        "p99 13.5, 17.0, 20.3, 20.4, 21.7, 22.4, 23.6, 25.7, 26.7 ms (median 21.7; p50 6.1 to 7.7); floor p99 10.0 "
+        "to 25.6 ms (median 16.4; over 20 ms in 3 of 9; p50 4.1 to 5.3). A single run lands on either side of "
+        "20 ms: the full run's 13.5 is the lowest of the nine.",
+        "- **Tried and not kept, no difference beyond that spread:** aiohttp handing out the most recently used "
+        "idle connection instead of the oldest (p99 median 20.2 ms over 6 sessions against 22.4 over 7), and the "
+        "heal's Event posted 50 ms after the heal instead of at once (p99 median 20.1 ms over 4 sessions; p50 "
+        "6.25 against 6.7).",
         "- **Tried and not kept: a full collection and `gc.freeze()` at the end of each reconcile,** so that the "
         "operator's automatic full collections (8 to 14 ms at rest with the synthetic stack, up to 37 ms during its "
         "apply, the event loop stopped meanwhile) would walk only what was allocated since. Over 100 heals no "
