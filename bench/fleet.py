@@ -31,6 +31,8 @@ from .streams import Arrival, EventStream
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SHARDS = (("default", f"!{SHARD_LABEL}"), ("shard1", f"{SHARD_LABEL}=shard1"), ("shard2", f"{SHARD_LABEL}=shard2"))
 OBJECTS_PER_KFDEF = 20
+#: How often the fleet's deleted namespaces are listed until they are gone.
+NAMESPACE_POLL_S = 0.5
 
 
 def _package(suffix: str) -> list[dict]:
@@ -93,15 +95,27 @@ class Fleet:
         return max(a.at for a in ready) - created
 
     async def remove(self, *, timeout: float) -> float:
-        """Delete every KfDef; seconds until every one is gone (its stack torn down); then their namespaces."""
+        """Delete every KfDef; seconds until every one is gone (its stack torn down). Then their namespaces, waited
+        on until gone (not timed), so that the next step does not share kube-controller-manager and kube-apiserver
+        with hundreds of namespace deletions."""
         mark = self.bench.kfdefs.mark()
         started = time.monotonic()
         await self._each(lambda n: self.bench.kube.request("DELETE", f"{KFDEFS_PATH}/{n}"))
         gone = await asyncio.gather(*(self.bench.kfdefs.wait_for(
             lambda a, n=n: a.name == n and a.type == "DELETED", after=mark, timeout=timeout, what=f"{n} gone")
             for n in self.names))
+        removed_s = max(a.at for a in gone) - started
         await self._each(lambda n: self.bench.kube.request("DELETE", f"/api/v1/namespaces/{n}"))
-        return max(a.at for a in gone) - started
+        deadline = time.monotonic() + timeout
+        while left := await self._namespaces_left():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(left)} of the fleet's namespaces still there after {timeout:.0f}s")
+            await asyncio.sleep(NAMESPACE_POLL_S)
+        return removed_s
+
+    async def _namespaces_left(self) -> set[str]:
+        listing = await self.bench.kube.request("GET", "/api/v1/namespaces")
+        return {item["metadata"]["name"] for item in listing.get("items") or []} & set(self.names)
 
 
 def cpu_seconds(pid: int) -> float:
