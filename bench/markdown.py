@@ -532,10 +532,12 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "its three slowest heals. Every loop step of the operator's heals, logged with its wall and CPU time over "
         "100 heals: p50 0.1 ms, p98 1.4 ms, at most 6.7 ms of wall for 0.3 ms of CPU: when a step is slow, the "
         "process was waiting for a core, not working.",
-        "- **Nine sessions of 100 heals with this code (2026-11-29, c74e830, the full run among them):** operator "
-        "p99 13.5, 17.0, 20.3, 20.4, 21.7, 22.4, 23.6, 25.7, 26.7 ms (median 21.7; p50 6.1 to 7.7); floor p99 10.0 "
-        "to 25.6 ms (median 16.4; over 20 ms in 3 of 9; p50 4.1 to 5.3). A single run lands on either side of "
-        "20 ms: the full run's 13.5 is the lowest of the nine.",
+        "- **Sessions of 100 heals with this code (2026-11-29):** the full runs at c74e830 and a434989, operator "
+        "p99 13.5 and 15.4 ms (floor 16.3 and 13.4); seven sessions of `bench.memory` alone, its heals right after "
+        "the deploy and the no-op restart, 20.3 to 26.7 ms (median 22.4; floor 10.9 to 25.6, median 18.2; p50 6.1 "
+        "to 7.7 against 4.1 to 5.3), and one more with connection logging, 17.0 (floor 10.0); three with 30 s of "
+        "rest before the heals, 22.0, 16.2 and 19.8 ms (floor 13.3, 13.1, 9.7). The floor itself went over 20 ms "
+        "in 3 of the 13 sessions: one run of 100 heals lands on either side of the target.",
         "- **Tried and not kept, no difference beyond that spread:** aiohttp handing out the most recently used "
         "idle connection instead of the oldest (p99 median 20.2 ms over 6 sessions against 22.4 over 7), and the "
         "heal's Event posted 50 ms after the heal instead of at once (p99 median 20.1 ms over 4 sessions; p50 "
