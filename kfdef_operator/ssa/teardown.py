@@ -193,8 +193,8 @@ class Removal:
         """Remove one wave (``dry_run``: server-side dry runs).
 
         Aggregated ClusterRoles go in levels (:func:`aggregation.deletion_levels`), each level awaited until gone
-        before the next, and the other ClusterRoles, which they may draw from, after them; the wave's other kinds
-        meanwhile.
+        before the next, while the wave's other kinds go; the other ClusterRoles, which they may draw from, go
+        last. Only a level's few roles are in flight beside the concurrency bound.
         """
         levels = await self._aggregated_levels(wave)
         answers: dict[ObjectRef, Change | BaseException] = {}
@@ -205,7 +205,7 @@ class Removal:
                                                 for ref, version in items])
             answers.update((ref, answer) for (ref, _), answer in zip(items, removed, strict=True))
 
-        async def roles_in_order(roles: list[tuple[ObjectRef, str]]) -> None:
+        async def in_levels() -> None:
             for level in levels:
                 await remove(level)
                 if not dry_run:
@@ -213,13 +213,11 @@ class Removal:
                     waited = await self.access.gather([self.waits.gone(ownership, ref, version, _LEVEL_GONE_S)
                                                        for ref, version in level if ref in deleted])
                     gone.update(ref for ref, answer in zip(deleted, waited, strict=True) if answer is True)
-            await remove(roles)
 
         if levels:
             aggregated = {ref for level in levels for ref, _ in level}
-            await asyncio.gather(
-                roles_in_order([item for item in wave if _is_cluster_role(item[0]) and item[0] not in aggregated]),
-                remove([item for item in wave if not _is_cluster_role(item[0])]))
+            await asyncio.gather(in_levels(), remove([item for item in wave if not _is_cluster_role(item[0])]))
+            await remove([item for item in wave if _is_cluster_role(item[0]) and item[0] not in aggregated])
         else:
             await remove(wave)
         deleted = [] if dry_run else [item for level in levels for item in level if _deleted(answers[item[0]])]
