@@ -17,7 +17,9 @@ HEADLINE_KEYS = ("apply.operator_s", "apply.operator_ready_s", "apply.kubectl_ss
                  "teardown.floor_s", "idle.rss_mb",
                  "idle.requests_per_min", "idle.writes", "release.rss_mb", "release.noop.writes",
                  "scale.kfdefs_s", "ha.failover_s", "ha.takeover_s", "ha.handover_s", "ha.handover_lease_s",
-                 "shards.fleet_s", "shards.single_s")
+                 "shards.fleet_s", "shards.single_s", "status_write.strings.apiserver_cpu_ms",
+                 "status_write.objects.apiserver_cpu_ms", "status_write.strings.latency_ms",
+                 "status_write.objects.latency_ms")
 #: The entries of the replicas and shards scenarios (``bench/ha.py``).
 HA_KEYS = ("ha.failover_s", "ha.takeover_s", "ha.handover_s", "ha.handover_lease_s", "shards.fleet_s",
            "shards.single_s")

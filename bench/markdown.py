@@ -422,6 +422,23 @@ def _sweep_floor(points: list[JSON]) -> str:
     return text + ": the operator's time grows faster than the floor's."
 
 
+def _status_write(results: JSON) -> list[str]:
+    strings = results.get("status_write.strings.apiserver_cpu_ms")
+    objects = results.get("status_write.objects.apiserver_cpu_ms")
+    if not strings or not objects:
+        return ["Not measured in this session (`python -m bench.status_write` measures it alone)."]
+    took = {form: results[f"status_write.{form}.latency_ms"]["median"] for form in ("strings", "objects")}
+    return [
+        f"Measured in this session (`bench/status_write.py`): merge patches of `status.summary`, as the operator's "
+        f"status writer sends one at each readiness change, to a KfDef holding the synthetic workload's inventory "
+        f"({strings['note']}). kube-apiserver used **{fmt(strings['median'])} ms of CPU per write with the "
+        f"inventory as strings** (what the operator writes) and {fmt(objects['median'])} ms with an object per entry "
+        f"(its first format; {objects['note'].split('; ')[0]}): {objects['median'] / strings['median']:.1f} x as "
+        f"much. Each write was answered in {fmt(took['strings'])} ms against {fmt(took['objects'])} ms (medians "
+        f"of {strings['n']} rounds).",
+    ]
+
+
 def render_markdown(results: JSON, before: JSON | None = None) -> str:
     meta, r = results["meta"], results["ratios"]
     noop = results["noop.writes"]
@@ -550,6 +567,10 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "(`bench.ha`'s unsharded run) a full collection after every reconcile starved the event loop: the leader "
         "lease was lost 4 times in 3 minutes (renew deadline 10 s) and the run had not ended after 11 minutes, "
         "where it takes 1.",
+        "",
+        "## What a status write costs kube-apiserver (issue 26)",
+        "",
+        *_status_write(results),
         "",
         "## The render before and after the render helper (issue 23)",
         "",

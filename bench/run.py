@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as ``python bench/run.py``
 from kfdef_dev.process import LocalSourcesOperator  # noqa: E402
 from kfdef_operator.ssa.client import KubeClient  # noqa: E402
 
-from . import baselines, ha, heal, operator_runs, release, report, scale  # noqa: E402
+from . import baselines, ha, heal, operator_runs, release, report, scale, status_write  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import audit_offset, start_control_plane, writes_by_client  # noqa: E402
 from .context import APPLY_PHASE_NOTE, KFDEFS_PATH, Bench, cpu_used, run_selector, stack_resources  # noqa: E402
@@ -217,6 +217,8 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
             released = await _release(bench, plan, raw)
             await _scale(bench, plan, raw)
             await asyncio.to_thread(operator.stop)  # replicas and shards bring their own operators
+            log.info("status writes: kube-apiserver's CPU per write, by inventory format")
+            status_writes = await status_write.measure(bench)
             replicas_and_shards = {} if "ha" in plan.skip else await ha.run(bench, quick=plan.quick, scale=plan.scale)
             profile = None
             if plan.profile and "profile" not in plan.skip:
@@ -235,6 +237,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     results = _results(plan, raw, raw["workloads"][0].total)
     results.update(replicas_and_shards)
     results.update(released)
+    results.update(status_writes)
     results["profile"] = profile
     results["meta"] = {**environment, "duration_s": round(time.monotonic() - started, 1),
                        "skipped": sorted(plan.skip), "commit": _commit()}

@@ -101,3 +101,8 @@ def test_a_missed_heal_target_shows_the_heal_floor_beside_it(older: JSON) -> Non
     assert f"During the {heals} heals and the heal floor's {heals}" in note
     assert _line(page, "| `heal.floor_p99_ms` |").startswith("| `heal.floor_p99_ms` | 40.0 |")
     assert "heal p99 / heal floor p99 = 1.50" in page
+
+
+def test_the_status_write_section_says_so_when_the_session_did_not_measure_it(older):
+    page = _rendered({key: value for key, value in older.items() if not key.startswith("status_write.")})
+    assert "Not measured in this session (`python -m bench.status_write`" in page

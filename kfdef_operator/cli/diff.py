@@ -24,8 +24,8 @@ from kfdef_operator.cli.kfdef_file import check_kfdef, read_kfdef
 from kfdef_operator.cli.rendering import Progress, render_kfdef
 from kfdef_operator.controller import preflight
 from kfdef_operator.controller.desired import desire, kept_absent
+from kfdef_operator.runtime.inventory import decode as decode_inventory
 from kfdef_operator.runtime.ownership import Owner
-from kfdef_operator.runtime.stack import decode_inventory
 from kfdef_operator.ssa.apply import ApplyOptions
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error, service_account_user

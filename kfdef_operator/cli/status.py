@@ -31,12 +31,13 @@ from kfdef_operator.api.names import GROUP, KIND, PLURAL, RECONCILE_ANNOTATION, 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.cli.errors import EXIT_BAD_INPUT, EXIT_NOT_READY, EXIT_OK, BadInput, Failed
 from kfdef_operator.controller import preflight
+from kfdef_operator.runtime import inventory
 from kfdef_operator.runtime.ownership import Owner, opted_out
 from kfdef_operator.ssa.claims import Claim
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Discovery, UnknownKind
 from kfdef_operator.ssa.health import assess as assess_health
-from kfdef_operator.ssa.inventory import ObjectRef, parse_id, ref_of
+from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.webhooks import BLOCKED_BY_OWN_WEBHOOK, explain, webhooks_of
 
 WATCH_POLL_S = 2.0
@@ -194,15 +195,9 @@ def assess(observed: Observed) -> StackStatus:
     webhooks = webhooks_of(live for live in observed.live.values() if live is not None)
     applications = {name: ApplicationStatus(name) for name in names}
     seen = set()
-    for entry in (status.get("inventory") or {}).get("entries") or []:
-        try:
-            ref = parse_id(entry["id"])
-        except (KeyError, ValueError, TypeError):
-            continue
-        index = entry.get("a")
-        application = names[index] if isinstance(index, int) and 0 <= index < len(names) else OTHER
+    for ref, _, rendered_by in inventory.read(status):
         seen.add(str(ref))
-        applications.setdefault(application, ApplicationStatus(application)).objects.append(
+        applications.setdefault(rendered_by or OTHER, ApplicationStatus(rendered_by or OTHER)).objects.append(
             _object_status(ref, owner, observed, failures, heals, webhooks))
     for name, message in failures.items():  # refused before entering the inventory: conflicts, first refusals
         if name not in seen:
@@ -288,12 +283,8 @@ async def read_stack(kube: KubeClient, discovery: Discovery, kfdef: JSON) -> Obs
     owner = Owner(meta.get("name", ""), meta.get("namespace", ""), meta.get("uid", ""))
     observed = Observed(kfdef)
     by_kind: dict[tuple[str, str, str], list[ObjectRef]] = {}
-    for entry in ((kfdef.get("status") or {}).get("inventory") or {}).get("entries") or []:
-        try:
-            ref = parse_id(entry["id"])
-        except (KeyError, ValueError, TypeError):
-            continue
-        by_kind.setdefault((ref.group, ref.kind, str(entry.get("v", ""))), []).append(ref)
+    for ref, entry, _ in inventory.read(kfdef.get("status") or {}):
+        by_kind.setdefault((ref.group, ref.kind, entry.version), []).append(ref)
     await asyncio.gather(*(_read_kind(kube, discovery, owner, refs, version, observed)
                            for (_, _, version), refs in by_kind.items()))
     events = await kube.get(f"/api/v1/namespaces/{owner.namespace}/events",

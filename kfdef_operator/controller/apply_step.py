@@ -31,7 +31,8 @@ from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.heal import Healer
 from kfdef_operator.runtime.identity import Identities, StackIdentity
-from kfdef_operator.runtime.stack import InventoryEntry, Stack
+from kfdef_operator.runtime.inventory import InventoryEntry
+from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.tracker import Tracker
 from kfdef_operator.ssa.apply import FORGED_STAMP_NOTE, ApplyOptions
 from kfdef_operator.ssa.changeset import REFUSED_NOTE, Action, ChangeSet

@@ -11,9 +11,10 @@ from collections.abc import Iterable
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.controller.failures import backoff
+from kfdef_operator.runtime import inventory
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.ownership import Owner
-from kfdef_operator.runtime.stack import Stack, decode_inventory
+from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.runtime.tracker import Tracker, WatchTarget
 from kfdef_operator.ssa.client import KubeClient
@@ -44,7 +45,7 @@ class StackRegistry:
         if stack is None or stack.owner.uid != owner.uid:
             status = dict(body.get("status") or {})
             stack = Stack(owner=owner, generation=meta.get("generation", 0), status=status,
-                          inventory=decode_inventory(status))
+                          inventory=inventory.decode(status))
             self.stacks[owner.key] = stack
             self.writers[owner.key] = StatusWriter(self._kube, stack, self._tracker, self._events,
                                                    health_timeout=self._health_timeout)

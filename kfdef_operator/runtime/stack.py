@@ -19,11 +19,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.runtime import inventory as status_inventory
 from kfdef_operator.runtime.identity import StackIdentity
+from kfdef_operator.runtime.inventory import InventoryEntry
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.ssa.changeset import Action, Change, ChangeSet
 from kfdef_operator.ssa.discovery import Resource
-from kfdef_operator.ssa.inventory import ObjectRef, parse_id
+from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.webhooks import Webhook, explain
 
 
@@ -34,31 +36,6 @@ class Failure:
     reason: str
     message: str
     retrying: bool
-
-
-@dataclass
-class InventoryEntry:
-    """One ``status.inventory.entries`` item: the object's version, and for run-once objects the digest applied."""
-
-    version: str
-    run_once: str | None = None
-
-    def encode(self, ref: ObjectRef) -> JSON:
-        entry: JSON = {"id": ref.id, "v": self.version}
-        if self.run_once:
-            entry["d"] = self.run_once
-        return entry
-
-
-def decode_inventory(status: JSON) -> dict[ObjectRef, InventoryEntry]:
-    """``status.inventory.entries`` decoded, malformed entries skipped (an inventory must never block teardown)."""
-    decoded: dict[ObjectRef, InventoryEntry] = {}
-    for entry in (status.get("inventory") or {}).get("entries") or []:
-        try:
-            decoded[parse_id(entry["id"])] = InventoryEntry(str(entry.get("v", "")), entry.get("d") or None)
-        except (KeyError, ValueError, AttributeError, TypeError):
-            continue
-    return decoded
 
 
 _versions = itertools.count(1)
@@ -157,7 +134,7 @@ class Stack:
     def reload(self, status: JSON) -> None:
         """The KfDef's status as read from the API server now (another replica may have written it)."""
         self.status = dict(status)
-        self.inventory = decode_inventory(self.status)
+        self.inventory = status_inventory.decode(self.status)
 
     def begin(self, generation: int, *, announce: bool) -> None:
         """A reconcile of ``generation`` starts; ``announce`` shows its steps in status (new generations only)."""

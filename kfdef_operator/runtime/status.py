@@ -18,11 +18,12 @@ from dataclasses import replace
 from kfdef_operator.api.names import kfdef_path
 from kfdef_operator.api.types import JSON
 from kfdef_operator.runtime import conditions as cond
-from kfdef_operator.runtime import metrics
+from kfdef_operator.runtime import inventory, metrics
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.live import LiveView
 from kfdef_operator.ssa.webhooks import BLOCKED_BY_OWN_WEBHOOK, explain
 
@@ -96,18 +97,12 @@ def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
     return summary, [{"name": name, **row} for name, row in counts.items()]
 
 
-def inventory_entries(stack: Stack) -> list[JSON]:
-    """``status.inventory.entries``; each object the current render holds also names its application (``a``: its
-    index in ``status.applications``), so that a reader of the status alone can show the stack as a tree."""
-    index = {name: position for position, name in enumerate(application_names(stack))}
-    entries = []
-    for ref, entry in stack.inventory.items():
-        encoded = entry.encode(ref)
-        application = stack.application_of.get(ref) if ref in stack.desired else None
-        if application is not None:
-            encoded["a"] = index[application]
-        entries.append(encoded)
-    return entries
+def inventory_of(stack: Stack) -> JSON:
+    """``status.inventory``: each object the current render holds under its application, the rest as stale."""
+    def rendered_by(ref: ObjectRef) -> str | None:
+        return stack.application_of.get(ref) if ref in stack.desired else None
+
+    return inventory.encode(stack.inventory, rendered_by, application_names(stack))
 
 
 def application_names(stack: Stack) -> list[str]:
@@ -120,7 +115,7 @@ def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float
     result = verdict(stack, live, health_timeout=health_timeout, now=now)
     status: JSON = {
         "conditions": result.apply_to(list(stack.status.get("conditions") or []), stack.generation),
-        "inventory": {"entries": inventory_entries(stack)},
+        "inventory": inventory_of(stack),
     }
     if not stack.deleting:
         status["observedGeneration"] = stack.generation
@@ -137,6 +132,18 @@ def _differs(key: str, old: object, new: object) -> bool:
     if key == "conditions":
         return not cond.conditions_equal(old or [], new)  # type: ignore[arg-type]
     return old != new
+
+
+def merge_patch(old: object, new: object) -> object:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: objects patched key by key, a key ``new``
+    lacks removed (null), anything else replaced whole. A nested object sent whole would be merged into the old one
+    instead, keeping keys that ``new`` dropped (an inventory's old format, a run-once digest no longer held)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, object] = {key: None for key in old if key not in new}
+    patch.update((key, merge_patch(old.get(key), value)) for key, value in new.items()
+                 if key not in old or old[key] != value)
+    return patch
 
 
 class StatusWriter:
@@ -163,7 +170,9 @@ class StatusWriter:
                 return True
             was_ready = _ready(stack.status)
             try:
-                await self._kube.request("PATCH", kfdef_path(*stack.owner.key) + "/status", body={"status": diff},
+                await self._kube.request("PATCH", kfdef_path(*stack.owner.key) + "/status",
+                                         body={"status": {key: merge_patch(stack.status.get(key), value)
+                                                          for key, value in diff.items()}},
                                          content_type="application/merge-patch+json")
             except KubeApiError as error:
                 if error.status == 404:  # the KfDef is gone

@@ -1,8 +1,9 @@
-"""Object identities and the inventory kept in ``status.inventory`` (pure).
+"""Object identities, and their spelling in ``status.inventory`` (pure).
 
-An inventory entry is ``{"id": "<namespace>_<name>_<group>_<Kind>", "v": "<version>"}``
-(about 60 bytes; Flux's format). Namespaces, groups and kinds never contain
-``_``, so an id splits unambiguously even when an RBAC name does.
+An object's id is ``<namespace>_<name>_<group>_<Kind>`` (Flux's); its inventory
+entry adds the version: ``<namespace>_<name>_<group>_<Kind>_<version>``, one
+string. Namespaces, groups, kinds and versions never contain ``_``, so both
+split unambiguously even when an RBAC name does.
 """
 
 from __future__ import annotations
@@ -60,20 +61,17 @@ def parse_id(entry_id: str) -> ObjectRef:
     return ObjectRef(group=parts[-2], kind=parts[-1], namespace=parts[0], name="_".join(parts[1:-2]))
 
 
-def encode(objects: Iterable[JSON]) -> list[JSON]:
-    """Inventory entries for objects, in the order given."""
-    return [{"id": ref_of(obj).id, "v": version_of(obj)} for obj in objects]
+def entry_of(ref: ObjectRef, version: str) -> str:
+    """The inventory entry of an object served at ``version``."""
+    return f"{ref.id}_{version}"
 
 
-def decode(entries: Iterable[JSON] | None) -> dict[ObjectRef, str]:
-    """Entries back to {ref: version}, skipping malformed ones (an inventory must never block teardown)."""
-    decoded: dict[ObjectRef, str] = {}
-    for entry in entries or []:
-        try:
-            decoded[parse_id(entry["id"])] = entry.get("v", "")
-        except (KeyError, ValueError, AttributeError):
-            continue
-    return decoded
+def parse_entry(entry: str) -> tuple[ObjectRef, str]:
+    """Inverse of :func:`entry_of`: the object and its version."""
+    entry_id, _, version = entry.rpartition("_")
+    if not version:
+        raise ValueError(f"malformed inventory entry {entry!r}")
+    return parse_id(entry_id), version
 
 
 def stale(previous: dict[ObjectRef, str], current: Iterable[ObjectRef]) -> dict[ObjectRef, str]:

@@ -8,6 +8,7 @@ import re
 import pytest
 import yaml
 
+from kfdef_operator.runtime.inventory import read as read_inventory
 from kfdef_operator.runtime.ownership import DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, wait_condition_reason, wait_ready
 from tests.kube import wait_for
@@ -45,7 +46,7 @@ def test_create_applies_everything_with_ownership_stamps_and_becomes_ready(opera
     assert status["observedGeneration"] == kfdef["metadata"]["generation"]
     assert status["summary"]["total"] == status["summary"]["applied"] == status["summary"]["ready"] == 10
     assert {a["name"]: a["total"] for a in status["applications"]} == {"namespace": 1, "crds": 1, "app": 8}
-    assert len(status["inventory"]["entries"]) == 10
+    assert len(read_inventory(status)) == 10
     assert kfdef["metadata"]["finalizers"] == ["kfdef-finalizer.kfdef.apps.kubeflow.org"]
 
     for api_version, kind, name, namespace in stack_objects(stack):
@@ -94,7 +95,7 @@ def test_edit_prunes_removed_application_and_updates_parameters(operator, kube, 
     for api_version, kind, name, namespace in stack_objects(stack)[2:]:
         kube.wait_gone(api_version, kind, name, namespace, timeout=60)
     status = wait_ready(kube, "edit", kfdef_namespace)["status"]
-    assert len(status["inventory"]["entries"]) == 2
+    assert len(read_inventory(status)) == 2
     assert kube.exists(CRD_API, "CustomResourceDefinition", f"widgets.{stack.group}")
     assert kube.exists("v1", "Namespace", stack.namespace)
 

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
+from kfdef_operator.runtime.inventory import read as read_inventory
 from kfdef_operator.ssa.ordering import install_rank
 from kfdef_operator.upgrade.convert import POLICY_ANNOTATION, served_for_release, upgrade_objects
 from kfdef_operator.upgrade.structural import PRESERVE
@@ -348,7 +349,7 @@ def test_legacy_v1_0_stack_deploys_through_a_kfdef_and_becomes_ready(operator, k
         assert status["summary"]["upgraded"] == status["upgrades"]["count"]
         assert status["summary"]["total"] == status["summary"]["ready"] == 9
         assert status["failures"] == []
-        assert {entry["v"] for entry in status["inventory"]["entries"]} == {"v1"}  # served versions recorded
+        assert {held.entry.version for held in read_inventory(status)} == {"v1"}  # served versions recorded
 
         for api_version, kind, name, namespace in legacy_objects(suffix, kfdef_namespace):
             assert kube.exists(api_version, kind, name, namespace), f"{kind} {name} not applied as {api_version}"

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from kfdef_dev.controlplane import free_port
+from kfdef_operator.runtime.inventory import read as read_inventory
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
 from kfdef_operator.ssa.inventory import ObjectRef, split_api_version
 from tests.cluster.conftest import KFDEF_API
@@ -88,7 +89,7 @@ def is_converged(obj: dict | None, ids: set[str]) -> bool:
         return False
     status = obj.get("status") or {}
     ready = condition(obj, "Ready")
-    entries = [e["id"] for e in (status.get("inventory") or {}).get("entries") or []]
+    entries = [held.ref.id for held in read_inventory(status)]
     return (ready.get("status") == "True" and ready.get("observedGeneration") == obj["metadata"]["generation"]
             and status.get("observedGeneration") == obj["metadata"]["generation"]
             and len(entries) == len(set(entries)) and set(entries) == ids)

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 
+from kfdef_operator.runtime.inventory import read as read_inventory
 from kfdef_operator.runtime.ownership import INSTANCE_ANNOTATION, INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_condition_reason
 from tests.kube import wait_for
@@ -358,7 +359,7 @@ def test_a_manifest_claiming_another_kfdefs_object_cannot_take_it(operator, kube
     fresh = kube.get("v1", "ConfigMap", "fresh", ns)
     assert fresh["metadata"]["annotations"][INSTANCE_ANNOTATION] == f"thief.{ns}"
     assert fresh["metadata"]["labels"][INSTANCE_LABEL] == f"{ns}.thief"
-    assert {e["id"] for e in kfdef_status(kube, "owner", ns)["inventory"]["entries"]} == {f"{ns}_shared__ConfigMap"}
+    assert {held.ref.id for held in read_inventory(kfdef_status(kube, "owner", ns))} == {f"{ns}_shared__ConfigMap"}
 
     kube.delete(KFDEF_API, "KfDef", "thief", ns)
     kube.wait_gone(KFDEF_API, "KfDef", "thief", ns, timeout=60)

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from kfdef_operator.runtime.inventory import read as read_inventory
 from tests.cluster.test_reconciler import stack_objects
 from tests.kube import wait_for
 from tests.reliability.support import (
@@ -127,7 +128,7 @@ def test_sigkill_during_prune_converges_without_orphans(operator, kube, kfdef_na
         operator.kill()
         obj = kfdef(kube, name, kfdef_namespace)
         status = obj.get("status") or {}
-        entries = {e["id"] for e in (status.get("inventory") or {}).get("entries") or []}
+        entries = {held.ref.id for held in read_inventory(status)}
         phases["pruned" if entries == reduced else "mid-prune" if status.get("observedGeneration") == generation
                else "before start"] += 1
         start = _restart(operator)

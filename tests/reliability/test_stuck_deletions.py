@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from kfdef_operator.runtime.inventory import read as read_inventory
 from tests.cluster.conftest import KFDEF_API, wait_condition_reason
 from tests.kube import wait_for
 from tests.reliability.support import OPERATOR_ENV, condition, instance_label, labelled_objects, stack_kinds
@@ -48,7 +49,7 @@ def test_stuck_deletions_are_reported_and_teardown_finishes_when_they_clear(oper
         assert f"ConfigMap {ns}/app-parameters" in message and HOLD in message, message
         assert f"Namespace {ns}" in message and f"finalizers remaining: {HOLD}" in message, message
         assert obj["metadata"]["finalizers"] == ["kfdef-finalizer.kfdef.apps.kubeflow.org"], "finalizer released early"
-        inventory = {e["id"] for e in obj["status"]["inventory"]["entries"]}
+        inventory = {held.ref.id for held in read_inventory(obj["status"])}
         assert {f"{ns}_app-parameters__ConfigMap", f"_{ns}__Namespace"} <= inventory, inventory
         wait_for(lambda: any(e.reason == "TeardownStuck" and "app-parameters" in e.message for e in
                              kube.core.list_namespaced_event(kfdef_namespace,

@@ -1,4 +1,4 @@
-"""Object identities, inventory entries and the prune set (kfdef_operator.ssa.inventory)."""
+"""Object identities, their inventory entries and the prune set (kfdef_operator.ssa.inventory)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from kfdef_operator.ssa.inventory import (
     ObjectRef,
-    decode,
-    encode,
+    entry_of,
+    parse_entry,
     parse_id,
     ref_of,
     split_api_version,
@@ -84,45 +84,26 @@ def test_parse_id_refuses_too_few_parts(entry_id):
         parse_id(entry_id)
 
 
-def test_encode_keeps_order_and_versions():
+def test_entry_adds_the_version_to_the_id():
     objects = [obj("apps/v1", "Deployment", "web", "kubeflow"), obj("v1", "Namespace", "kubeflow"),
                obj("kubeflow.org/v1beta1", "Notebook", "nb", "user")]
-    assert encode(objects) == [
-        {"id": "kubeflow_web_apps_Deployment", "v": "v1"},
-        {"id": "_kubeflow__Namespace", "v": "v1"},
-        {"id": "user_nb_kubeflow.org_Notebook", "v": "v1beta1"},
-    ]
-    assert [version_of(o) for o in objects] == ["v1", "v1", "v1beta1"]
+    assert [entry_of(ref_of(o), version_of(o)) for o in objects] == [
+        "kubeflow_web_apps_Deployment_v1", "_kubeflow__Namespace_v1", "user_nb_kubeflow.org_Notebook_v1beta1"]
 
 
-def test_decode_round_trips_encode():
-    objects = [obj("apps/v1", "Deployment", "web", "kubeflow"),
-               obj("rbac.authorization.k8s.io/v1", "ClusterRole", "system:aggregate-to-admin")]
-    assert decode(encode(objects)) == {
-        ObjectRef("apps", "Deployment", "kubeflow", "web"): "v1",
-        ObjectRef("rbac.authorization.k8s.io", "ClusterRole", "", "system:aggregate-to-admin"): "v1",
-    }
+@pytest.mark.parametrize("ref", [
+    ObjectRef("apps", "Deployment", "kubeflow", "web"),
+    ObjectRef("", "Namespace", "", "kubeflow"),
+    ObjectRef("rbac.authorization.k8s.io", "ClusterRoleBinding", "", "system:_odd__name_"),
+])
+def test_parse_entry_inverts_entry_of(ref):
+    assert parse_entry(entry_of(ref, "v1beta1")) == (ref, "v1beta1")
 
 
-def test_decode_skips_malformed_entries():
-    entries = [
-        {"id": "kubeflow_web_apps_Deployment", "v": "v1"},
-        {"v": "v1"},                   # no id
-        {"id": "too_short"},           # too few parts
-        "not a mapping",
-        None,
-        {"id": 42, "v": "v1"},          # not a string
-        {"id": "_kubeflow__Namespace"},  # no version: kept with ""
-    ]
-    assert decode(entries) == {
-        ObjectRef("apps", "Deployment", "kubeflow", "web"): "v1",
-        ObjectRef("", "Namespace", "", "kubeflow"): "",
-    }
-
-
-@pytest.mark.parametrize("entries", [None, []])
-def test_decode_of_nothing_is_empty(entries):
-    assert decode(entries) == {}
+@pytest.mark.parametrize("entry", ["", "kubeflow_web_apps_Deployment_", "kubeflow_web_apps_Deployment", "a_b_c_d"])
+def test_parse_entry_refuses_malformed_entries(entry):
+    with pytest.raises(ValueError, match="malformed"):
+        parse_entry(entry)
 
 
 def test_stale_is_previous_minus_current():
@@ -157,9 +138,9 @@ def test_any_ref_round_trips_through_its_id(group, kind, namespace, name):
     assert parse_id(ref.id) == ref
 
 
-@given(st.lists(st.tuples(_GROUP, _KIND, _NAMESPACE, _NAME, st.from_regex(r"\Av[0-9]+([a-z]+[0-9]+)?\Z")),
-                unique_by=lambda t: t[:4]))
-def test_any_objects_round_trip_through_the_inventory(specs):
-    objects = [obj(f"{group}/{version}" if group else version, kind, name, namespace or None)
-               for group, kind, namespace, name, version in specs]
-    assert decode(encode(objects)) == {ObjectRef(g, k, ns, n): v for g, k, ns, n, v in specs}
+@given(group=_GROUP, kind=_KIND, namespace=_NAMESPACE, name=_NAME,
+       version=st.from_regex(r"\Av[0-9]+([a-z]+[0-9]+)?\Z"))
+def test_any_object_round_trips_through_its_inventory_entry(group, kind, namespace, name, version):
+    source = obj(f"{group}/{version}" if group else version, kind, name, namespace or None)
+    assert parse_entry(entry_of(ref_of(source), version_of(source))) == (ObjectRef(group, kind, namespace, name),
+                                                                         version)

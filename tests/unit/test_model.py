@@ -215,7 +215,8 @@ def test_fixture_kfdefs_fit_the_crd_schema_unchanged(name):
               "reposCache": [{"name": "manifests"}], "sources": [{"name": "manifests", "uri": "u", "revision": "r"}],
               "summary": {"total": 3, "applied": 3, "ready": 2, "failed": 0, "upgraded": 1},
               "applications": [{"name": "argo", "total": 3, "applied": 3, "ready": 2, "failed": 0}],
-              "inventory": {"entries": [{"id": "kubeflow_argo_apps_Deployment", "v": "v1"}]},
+              "inventory": {"applications": [{"name": "argo", "objects": ["kubeflow_argo_apps_Deployment_v1"]}],
+                            "stale": ["kubeflow_old__Service_v1"], "runOnce": {"kubeflow_init_batch_Job": "sha256:0"}},
               "failures": [{"object": "Deployment/kubeflow/argo", "message": "not ready"}],
               "upgrades": {"count": 1, "kinds": ["CustomResourceDefinition"]}}
     assert schema_problems({**load(name), "status": status}, schema) == []

@@ -77,10 +77,10 @@ def cluster() -> FakeApiServer:
 
 @contextlib.asynccontextmanager
 async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | None = None,
-                   create: bool = True) -> AsyncIterator[Reconciler]:
+                   create: bool = True, objects: tuple[dict[str, Any], ...] = OBJECTS) -> AsyncIterator[Reconciler]:
     """A started Reconciler handed the KfDef's watch events (as kopf does), and the KfDef created (unless
-    ``create`` is false: a restart finds it)."""
-    settings = Settings(work_dir=repo.parent / "work", renderer=CannedRender(objects=OBJECTS),
+    ``create`` is false: a restart finds it); it renders ``objects``."""
+    settings = Settings(work_dir=repo.parent / "work", renderer=CannedRender(objects=objects),
                         fetch_options=FetchOptions.from_env({}, local_roots=(repo.parent,)), work_threads=1)
     reconciler = Reconciler(server.client(), settings, gate=gate)
     await reconciler.start()
@@ -197,6 +197,29 @@ def test_a_restart_lists_each_kind_once_and_still_puts_back_what_changed_while_t
     assert len(listings) == 1, "the watch's first listing compares every object; the run does not list them again"
     assert [r.path for r in after_restart if r.method == "PATCH" and r.path.startswith(CM_COLLECTION)
             and not r.dry_run] == [first], "only the changed object is sent again"
+
+
+def test_an_inventory_in_the_first_format_is_pruned_from_and_replaced_by_the_next_status_write(repo) -> None:
+    server = cluster()
+    second = f"{CM_COLLECTION}/second"
+
+    def first_format(obj: dict) -> None:  # what the operator wrote before status.inventory held strings
+        obj["status"]["inventory"] = {"entries": [
+            {"id": "_apps__Namespace", "v": "v1", "a": 0}, {"id": "apps_first__ConfigMap", "v": "v1", "a": 0},
+            {"id": "apps_second__ConfigMap", "v": "v1", "a": 0}]}
+
+    async def scenario():
+        async with operator(server, repo):
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+        server.modify(KFDEF, first_format)
+        runs = succeeded()
+        async with operator(server, repo, create=False, objects=OBJECTS[:2]):
+            await until(lambda: succeeded() > runs and server.get(second) is None)
+
+    virtual_time.run(scenario())
+    assert server.get(second) is None, "pruned: the first format's inventory was read"
+    assert server.get(KFDEF)["status"]["inventory"] == {"applications": [
+        {"name": "app", "objects": ["_apps__Namespace_v1", "apps_first__ConfigMap_v1"]}]}
 
 
 def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:

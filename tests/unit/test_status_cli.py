@@ -1,4 +1,4 @@
-"""``kfdef-operator status``: the tree from status dicts (pure), and the inventory's application index it reads."""
+"""``kfdef-operator status``: the tree from status dicts (pure), and the inventory's applications it reads."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from kfdef_operator.cli.status import (
     render_tree,
     show,
 )
+from kfdef_operator.runtime.inventory import InventoryEntry
 from kfdef_operator.runtime.ownership import Owner
-from kfdef_operator.runtime.stack import InventoryEntry, Stack
-from kfdef_operator.runtime.status import inventory_entries
-from kfdef_operator.ssa.inventory import ObjectRef
+from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.status import inventory_of
+from kfdef_operator.ssa.inventory import ObjectRef, entry_of
 
 OWNER = Owner("kf", "kubeflow", "uid-1")
 DEPLOY = ObjectRef("apps", "Deployment", "kubeflow", "web")
@@ -58,8 +59,9 @@ def kfdef(*, ready: bool, failures: list[dict] | None = None, warnings: list[str
                                       {"type": "Degraded", "status": str(not ready),
                                        "reason": "AsExpected" if ready else "ApplyFailed", "message": message}],
                        "applications": [{"name": "crds"}, {"name": "web"}],
-                       "inventory": {"entries": [{"id": CRD.id, "v": "v1", "a": 0}] + [
-                           {"id": ref.id, "v": "v1", "a": 1} for ref in (DEPLOY, CM, SVC, SA)]},
+                       "inventory": {"applications": [
+                           {"name": "crds", "objects": [entry_of(CRD, "v1")]},
+                           {"name": "web", "objects": [entry_of(ref, "v1") for ref in (DEPLOY, CM, SVC, SA)]}]},
                        "failures": failures or [], "warnings": warnings or []}}
 
 
@@ -185,8 +187,9 @@ def test_the_inventory_names_each_rendered_objects_application():
     stack.inventory = {CRD: InventoryEntry("v1"), DEPLOY: InventoryEntry("v1"), SVC: InventoryEntry("v1")}
     stack.want({CRD: {}, DEPLOY: {}})
     stack.application_of = {CRD: "crds", DEPLOY: "web"}
-    assert inventory_entries(stack) == [{"id": CRD.id, "v": "v1", "a": 0}, {"id": DEPLOY.id, "v": "v1", "a": 1},
-                                        {"id": SVC.id, "v": "v1"}]  # no longer rendered: pruned next
+    assert inventory_of(stack) == {"applications": [{"name": "crds", "objects": [entry_of(CRD, "v1")]},
+                                                    {"name": "web", "objects": [entry_of(DEPLOY, "v1")]}],
+                                   "stale": [entry_of(SVC, "v1")]}  # no longer rendered: pruned next
 
 
 def test_status_help_ends_with_the_exit_codes(capsys):

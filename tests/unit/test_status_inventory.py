@@ -1,0 +1,95 @@
+"""``status.inventory`` written and read (kfdef_operator.runtime.inventory), and the status write's merge patch."""
+
+from __future__ import annotations
+
+import pytest
+
+from kfdef_operator.runtime.inventory import Held, InventoryEntry, decode, encode, read
+from kfdef_operator.runtime.status import merge_patch
+from kfdef_operator.ssa.inventory import ObjectRef
+from tests.fake_kube import _merge as applied  # RFC 7386, as the API server applies a merge patch
+
+WEB = ObjectRef("apps", "Deployment", "kubeflow", "web")
+SETTINGS = ObjectRef("", "ConfigMap", "kubeflow", "settings")
+ROLE = ObjectRef("rbac.authorization.k8s.io", "ClusterRole", "", "system:aggregate-to-admin")
+JOB = ObjectRef("batch", "Job", "kubeflow", "migrate")
+OLD = ObjectRef("", "Service", "kubeflow", "retired")
+
+INVENTORY = {WEB: InventoryEntry("v1"), ROLE: InventoryEntry("v1"), OLD: InventoryEntry("v1"),
+             JOB: InventoryEntry("v1", run_once="sha256:abc"), SETTINGS: InventoryEntry("v1")}
+RENDERED_BY = {WEB: "web-app", SETTINGS: "web-app", ROLE: "rbac", JOB: "rbac"}
+
+
+def test_entries_are_strings_grouped_by_application_in_the_order_given():
+    assert encode(INVENTORY, RENDERED_BY.get, ["rbac", "unused", "web-app"]) == {
+        "applications": [
+            {"name": "rbac", "objects": ["_system:aggregate-to-admin_rbac.authorization.k8s.io_ClusterRole_v1",
+                                        "kubeflow_migrate_batch_Job_v1"]},
+            {"name": "web-app", "objects": ["kubeflow_web_apps_Deployment_v1", "kubeflow_settings__ConfigMap_v1"]},
+        ],
+        "stale": ["kubeflow_retired__Service_v1"],
+        "runOnce": {"kubeflow_migrate_batch_Job": "sha256:abc"},
+    }
+
+
+def test_an_application_not_named_in_the_order_still_gets_its_group():
+    assert encode({WEB: InventoryEntry("v1")}, {WEB: "late"}.get, []) == {
+        "applications": [{"name": "late", "objects": ["kubeflow_web_apps_Deployment_v1"]}]}
+
+
+def test_read_gives_back_what_was_encoded():
+    status = {"inventory": encode(INVENTORY, RENDERED_BY.get, ["web-app", "rbac"])}
+    assert decode(status) == INVENTORY
+    assert {held.ref: held.application for held in read(status)} == {**RENDERED_BY, OLD: None}
+
+
+def test_the_first_format_is_read_with_its_applications_and_digests():
+    status = {"applications": [{"name": "web-app"}, {"name": "rbac"}],
+              "inventory": {"entries": [
+                  {"id": "kubeflow_web_apps_Deployment", "v": "v1", "a": 0},
+                  {"id": "kubeflow_migrate_batch_Job", "v": "v1", "d": "sha256:abc", "a": 1},
+                  {"id": "kubeflow_retired__Service", "v": "v1"},            # no longer rendered
+                  {"id": "kubeflow_settings__ConfigMap", "v": "v1", "a": 7},  # an index past the applications
+                  {"id": "too_short"}, {"v": "v1"}, "not a mapping", None]}}
+    assert read(status) == [
+        Held(WEB, InventoryEntry("v1"), "web-app"),
+        Held(JOB, InventoryEntry("v1", "sha256:abc"), "rbac"),
+        Held(OLD, InventoryEntry("v1"), None),
+        Held(SETTINGS, InventoryEntry("v1"), None),
+    ]
+
+
+def test_the_first_format_wins_when_both_are_there():
+    """Only an operator that knows nothing else writes ``entries``, merging them beside the newer fields."""
+    status = {"inventory": {"entries": [{"id": "kubeflow_web_apps_Deployment", "v": "v1"}],
+                            "applications": [{"name": "app", "objects": ["kubeflow_retired__Service_v1"]}]}}
+    assert decode(status) == {WEB: InventoryEntry("v1")}
+
+
+@pytest.mark.parametrize("inventory", [
+    None, "text", [], {},
+    {"applications": "text", "stale": {"a": 1}},
+    {"applications": [None, "text", {"name": "app", "objects": [7, None, "too_short", "a_b_c_d"]}],
+     "runOnce": ["kubeflow_web_apps_Deployment"]},
+])
+def test_a_malformed_inventory_reads_as_what_can_be_read_of_it(inventory):
+    assert read({"inventory": inventory}) == []
+
+
+def test_a_malformed_digest_or_group_name_is_dropped_not_the_object():
+    status = {"inventory": {"applications": [{"name": 3, "objects": ["kubeflow_migrate_batch_Job_v1"]}],
+                            "runOnce": {"kubeflow_migrate_batch_Job": 5}}}
+    assert read(status) == [Held(JOB, InventoryEntry("v1"), None)]
+
+
+def test_the_merge_patch_removes_what_the_new_value_dropped():
+    old = {"entries": [{"id": "x"}], "runOnce": {"a": "1", "b": "2"}, "stale": ["s"], "applications": [1]}
+    new = {"runOnce": {"a": "1", "c": "3"}, "applications": [1, 2]}
+    patch = merge_patch(old, new)
+    assert patch == {"entries": None, "stale": None, "runOnce": {"b": None, "c": "3"}, "applications": [1, 2]}
+    assert applied(old, patch) == new
+
+
+@pytest.mark.parametrize("old, new", [(None, {"a": 1}), ({"a": 1}, [1]), ([1], [2]), ("x", "y")])
+def test_anything_but_two_objects_is_replaced_whole(old, new):
+    assert merge_patch(old, new) == new
