@@ -555,6 +555,21 @@ def render_markdown(results: JSON, before: JSON | None = None) -> str:
         "to 7.7 against 4.1 to 5.3), and one more with connection logging, 17.0 (floor 10.0); three with 30 s of "
         "rest before the heals, 22.0, 16.2 and 19.8 ms (floor 13.3, 13.1, 9.7). The floor itself went over 20 ms "
         "in 3 of the 13 sessions: one run of 100 heals lands on either side of the target.",
+        "- **The operator's own status writes made a fifth of kube-apiserver's garbage during the heals.** A heal "
+        "changes readiness, so the KfDef's status is written (some 35 times per 100 heals, the status refresher "
+        "coalescing), and kube-apiserver decodes, prunes, validates and re-encodes the whole KfDef each time: 52 KB, "
+        "most of it the inventory of 595 objects, then an object per entry. kube-apiserver's allocation profile "
+        "(`/debug/pprof/allocs`, before and after 100 heals and their floor's): 3.04 GB allocated, 627 MB of it by "
+        "KfDef status writes, 352 MB decoding etcd's watch events; its CPU profile over 12 s of those heals: 8.6 "
+        "CPU-s, 1.40 of it in the collector's mark workers, 0.53 in KfDef status writes. With the inventory as "
+        "strings (see the status write section: 12.4 ms of CPU per write instead of 42.7): 2.15 GB, 124 MB and "
+        "93 MB; 6.8 CPU-s, 0.96 and 0.09. With 2 cores, kube-apiserver's collector is what the slowest heals "
+        "met (`GODEBUG=gctrace=1`, one session): its mark phases (0.3 to 0.6 s each, about every second, "
+        "some 0.3 CPU-s each) overlapped 24 % of the heals, and the two slowest of the operator's and three of the "
+        "four slowest of the floor's.",
+        "- **A/B of the inventory format, 4 sessions each, interleaved (2026-11-29):** strings p99 22.1, 15.0, 22.7, "
+        "19.7 ms, objects 26.1, 26.3, 20.3, 23.9 ms; the 400 heals of each pooled: p99 22.1 against 26.1 ms, 7 "
+        "heals over 20 ms against 11 (the floor's pooled p99 17.6 and 16.6 ms, 3 and 4 over 20 ms). Kept.",
         "- **Tried and not kept, no difference beyond that spread:** aiohttp handing out the most recently used "
         "idle connection instead of the oldest (p99 median 20.2 ms over 6 sessions against 22.4 over 7), and the "
         "heal's Event posted 50 ms after the heal instead of at once (p99 median 20.1 ms over 4 sessions; p50 "
