@@ -32,6 +32,7 @@ class StackRegistry:
         self._events = events
         self._health_timeout = health_timeout
         self._scoped = scoped
+        self._inventory_format = inventory.InventoryFormat()  # what the KfDef CRD keeps: one CRD, one answer
         self.stacks: dict[Key, Stack] = {}
         self.writers: dict[Key, StatusWriter] = {}
         self._by_label: dict[str, Key] = {}
@@ -48,7 +49,8 @@ class StackRegistry:
                           inventory=inventory.decode(status))
             self.stacks[owner.key] = stack
             self.writers[owner.key] = StatusWriter(self._kube, stack, self._tracker, self._events,
-                                                   health_timeout=self._health_timeout)
+                                                   health_timeout=self._health_timeout,
+                                                   inventory_format=self._inventory_format)
             self._by_label[owner.label] = owner.key
             self._attempts.pop(owner.key, None)
         return stack

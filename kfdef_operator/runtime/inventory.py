@@ -14,17 +14,24 @@ object entries, 12.4 ms with strings (``python -m bench.status_write``)::
       runOnce: {<id>: <digest>}         # run-once objects (Jobs with a TTL): the content applied
 
 The first format, ``entries: [{id, v, d, a}]`` (``a``: an index in ``status.applications``), is still read,
-and the next status write replaces it.
+and the next status write replaces it. A KfDef CRD older than the string format prunes it, as any unknown field,
+from every write: an operator upgraded before its CRD would leave each KfDef without an inventory, and teardown
+with nothing to delete. :class:`InventoryFormat` learns from the API server's answers which format it keeps.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.inventory import ObjectRef, entry_of, parse_entry, parse_id
+
+log = logging.getLogger(__name__)
+#: The key every inventory in the string format holds (possibly empty), and no first-format one does.
+STRINGS_KEY = "applications"
 
 
 @dataclass
@@ -61,6 +68,65 @@ def encode(inventory: Mapping[ObjectRef, InventoryEntry], application_of: Callab
     if run_once:
         encoded["runOnce"] = run_once
     return encoded
+
+
+def encode_first_format(inventory: Mapping[ObjectRef, InventoryEntry],
+                        application_of: Callable[[ObjectRef], str | None], applications: Sequence[str]) -> JSON:
+    """``status.inventory`` in its first format, for a KfDef CRD that does not keep the string format."""
+    index = {name: position for position, name in enumerate(applications)}
+    entries = []
+    for ref, entry in inventory.items():
+        encoded: JSON = {"id": ref.id, "v": entry.version}
+        if entry.run_once:
+            encoded["d"] = entry.run_once
+        application = application_of(ref)
+        if application is not None:
+            encoded["a"] = index.setdefault(application, len(index))
+        entries.append(encoded)
+    return {"entries": entries}
+
+
+class InventoryFormat:
+    """Which format of ``status.inventory`` the installed KfDef CRD keeps, as the API server's answers show it.
+
+    One per operator process (the CRD is cluster-wide), shared by its status writers. Until a status read or a
+    write's answer holds the string format, both formats are written; once a write's answer shows the strings
+    pruned, only the first format is, until the operator restarts. The writer that learns it writes again at once,
+    in the format learnt: the other one is dropped, or a write that sent strings alone (the CRD replaced by an
+    older one meanwhile) left no inventory at all.
+    """
+
+    def __init__(self) -> None:
+        self.strings_kept: bool | None = None
+
+    def encode(self, inventory: Mapping[ObjectRef, InventoryEntry],
+               application_of: Callable[[ObjectRef], str | None], applications: Sequence[str]) -> JSON:
+        """``status.inventory`` in the format(s) the CRD is known (or not yet known) to keep."""
+        if self.strings_kept is False:
+            return encode_first_format(inventory, application_of, applications)
+        strings = encode(inventory, application_of, applications)
+        if self.strings_kept is None:
+            strings.update(encode_first_format(inventory, application_of, applications))
+        return strings
+
+    def observe(self, stored: object) -> None:
+        """An inventory as the API server holds it: one in the string format proves that the CRD keeps it (the
+        API server prunes what the CRD does not know when it reads from etcd too)."""
+        if isinstance(stored, dict) and STRINGS_KEY in stored:
+            self.strings_kept = True
+
+    def learn(self, sent: JSON, stored: object) -> None:
+        """The answer to a status write that sent ``sent`` as the inventory held ``stored``."""
+        if STRINGS_KEY not in sent:
+            return
+        if isinstance(stored, dict) and STRINGS_KEY in stored:
+            self.strings_kept = True
+            return
+        if self.strings_kept is not False:
+            log.warning("the KfDef CRD installed prunes status.inventory.%s: it is older than this operator. The "
+                        "inventory is written in its first format; apply the CRD of this release (crds/) and "
+                        "restart the operator", STRINGS_KEY)
+        self.strings_kept = False
 
 
 def read(status: JSON) -> list[Held]:

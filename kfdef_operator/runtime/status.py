@@ -97,12 +97,12 @@ def summary_of(stack: Stack, live: LiveView) -> tuple[JSON, list[JSON]]:
     return summary, [{"name": name, **row} for name, row in counts.items()]
 
 
-def inventory_of(stack: Stack) -> JSON:
+def inventory_of(stack: Stack, inventory_format: inventory.InventoryFormat) -> JSON:
     """``status.inventory``: each object the current render holds under its application, the rest as stale."""
     def rendered_by(ref: ObjectRef) -> str | None:
         return stack.application_of.get(ref) if ref in stack.desired else None
 
-    return inventory.encode(stack.inventory, rendered_by, application_names(stack))
+    return inventory_format.encode(stack.inventory, rendered_by, application_names(stack))
 
 
 def application_names(stack: Stack) -> list[str]:
@@ -110,12 +110,13 @@ def application_names(stack: Stack) -> list[str]:
     return list(dict.fromkeys([*stack.applications, *stack.application_of.values()]))
 
 
-def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float) -> JSON:
+def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float,
+              inventory_format: inventory.InventoryFormat) -> JSON:
     """The KfDef status the stack calls for, as a whole (the writer sends only what differs)."""
     result = verdict(stack, live, health_timeout=health_timeout, now=now)
     status: JSON = {
         "conditions": result.apply_to(list(stack.status.get("conditions") or []), stack.generation),
-        "inventory": inventory_of(stack),
+        "inventory": inventory_of(stack, inventory_format),
     }
     if not stack.deleting:
         status["observedGeneration"] = stack.generation
@@ -150,12 +151,13 @@ class StatusWriter:
     """Writes one KfDef's status from its stack, one write at a time."""
 
     def __init__(self, kube: KubeClient, stack: Stack, live: LiveView, events: EventRecorder, *,
-                 health_timeout: float) -> None:
+                 health_timeout: float, inventory_format: inventory.InventoryFormat) -> None:
         self._kube = kube
         self._stack = stack
         self._live = live
         self._events = events
         self._health_timeout = health_timeout
+        self._inventory_format = inventory_format
         self._lock = asyncio.Lock()
         self._degraded_reason: str | None = None  # the reason exported in kfdef_degraded_reason
 
@@ -163,26 +165,37 @@ class StatusWriter:
         """Write what changed; False when the API server refused the write (it is retried with the next one)."""
         async with self._lock:
             stack = self._stack
-            wanted = status_of(stack, self._live, health_timeout=self._health_timeout, now=time.monotonic())
-            diff = {key: value for key, value in wanted.items() if _differs(key, stack.status.get(key), value)}
-            if not diff:
-                self._export()  # a new leader's first run finds the status written: its metrics still go out
-                return True
             was_ready = _ready(stack.status)
-            try:
-                await self._kube.request("PATCH", kfdef_path(*stack.owner.key) + "/status",
-                                         body={"status": {key: merge_patch(stack.status.get(key), value)
-                                                          for key, value in diff.items()}},
-                                         content_type="application/merge-patch+json")
-            except KubeApiError as error:
-                if error.status == 404:  # the KfDef is gone
-                    return True
-                log.error("%s: status not written: %s", stack.owner, error)
-                return False
-            except (TimeoutError, OSError) as error:
-                log.error("%s: status not written: %s", stack.owner, error or type(error).__name__)
-                return False
-            stack.status.update(diff)
+            self._inventory_format.observe(stack.status.get("inventory"))
+            while True:  # again only when this write taught which inventory format the CRD keeps: two at most
+                known = self._inventory_format.strings_kept
+                wanted = status_of(stack, self._live, health_timeout=self._health_timeout, now=time.monotonic(),
+                                   inventory_format=self._inventory_format)
+                diff = {key: value for key, value in wanted.items() if _differs(key, stack.status.get(key), value)}
+                if not diff:  # nothing to write: the metrics still go out (a new leader's first run)
+                    break
+                patch = {key: merge_patch(stack.status.get(key), value) for key, value in diff.items()}
+                try:
+                    written = await self._kube.request("PATCH", kfdef_path(*stack.owner.key) + "/status",
+                                                       body={"status": patch},
+                                                       content_type="application/merge-patch+json")
+                except KubeApiError as error:
+                    if error.status == 404:  # the KfDef is gone
+                        return True
+                    log.error("%s: status not written: %s", stack.owner, error)
+                    return False
+                except (TimeoutError, OSError) as error:
+                    log.error("%s: status not written: %s", stack.owner, error or type(error).__name__)
+                    return False
+                stack.status.update(diff)
+                answer = written.get("status") if isinstance(written, dict) else None
+                if "inventory" not in diff or not isinstance(answer, dict):
+                    break
+                kept = answer.get("inventory")
+                stack.status["inventory"] = kept if isinstance(kept, dict) else {}  # what the CRD let through
+                self._inventory_format.learn(diff["inventory"], kept)
+                if self._inventory_format.strings_kept == known:
+                    break
         self._export()
         ready = _ready(stack.status)
         if ready is not None and ready.get("status") == "True" and not (was_ready or {}).get("status") == "True":

@@ -19,6 +19,7 @@ import yaml
 from prometheus_client.metrics_core import Metric
 
 from kfdef_operator.runtime import metrics
+from kfdef_operator.runtime.inventory import InventoryFormat
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import StatusWriter
@@ -106,7 +107,8 @@ def test_the_rules_pass_promtool_check_and_their_unit_tests(tmp_path: Path):
 
 def test_the_exported_degraded_reason_follows_the_condition():
     stack = Stack(Owner("monitored", "ns", "uid"), 1)
-    writer = StatusWriter(None, stack, None, None, health_timeout=1)  # type: ignore[arg-type]
+    writer = StatusWriter(None, stack, None, None, health_timeout=1,  # type: ignore[arg-type]
+                          inventory_format=InventoryFormat())
 
     def exported() -> dict[tuple[str, str], float]:
         return {(s.labels["reason"], s.name): s.value for family in metrics.REGISTRY.collect()

@@ -19,7 +19,7 @@ from kfdef_operator.cli.status import (
     render_tree,
     show,
 )
-from kfdef_operator.runtime.inventory import InventoryEntry
+from kfdef_operator.runtime.inventory import InventoryEntry, InventoryFormat
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import inventory_of
@@ -187,7 +187,9 @@ def test_the_inventory_names_each_rendered_objects_application():
     stack.inventory = {CRD: InventoryEntry("v1"), DEPLOY: InventoryEntry("v1"), SVC: InventoryEntry("v1")}
     stack.want({CRD: {}, DEPLOY: {}})
     stack.application_of = {CRD: "crds", DEPLOY: "web"}
-    assert inventory_of(stack) == {"applications": [{"name": "crds", "objects": [entry_of(CRD, "v1")]},
+    strings = InventoryFormat()
+    strings.strings_kept = True
+    assert inventory_of(stack, strings) == {"applications": [{"name": "crds", "objects": [entry_of(CRD, "v1")]},
                                                     {"name": "web", "objects": [entry_of(DEPLOY, "v1")]}],
                                    "stale": [entry_of(SVC, "v1")]}  # no longer rendered: pruned next
 

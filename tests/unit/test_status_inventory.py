@@ -1,11 +1,25 @@
-"""``status.inventory`` written and read (kfdef_operator.runtime.inventory), and the status write's merge patch."""
+"""``status.inventory`` written and read (kfdef_operator.runtime.inventory), the status write's merge patch, and
+the format a status writer writes for the KfDef CRD installed."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
+
 import pytest
 
-from kfdef_operator.runtime.inventory import Held, InventoryEntry, decode, encode, read
-from kfdef_operator.runtime.status import merge_patch
+from kfdef_operator.runtime.inventory import (
+    Held,
+    InventoryEntry,
+    InventoryFormat,
+    decode,
+    encode,
+    encode_first_format,
+    read,
+)
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.status import StatusWriter, merge_patch
 from kfdef_operator.ssa.inventory import ObjectRef
 from tests.fake_kube import _merge as applied  # RFC 7386, as the API server applies a merge patch
 
@@ -93,3 +107,94 @@ def test_the_merge_patch_removes_what_the_new_value_dropped():
 @pytest.mark.parametrize("old, new", [(None, {"a": 1}), ({"a": 1}, [1]), ([1], [2]), ("x", "y")])
 def test_anything_but_two_objects_is_replaced_whole(old, new):
     assert merge_patch(old, new) == new
+
+
+class CrdServer:
+    """The client seam of a status writer: one KfDef's status, patched as kube-apiserver does, then pruned of the
+    inventory fields the installed CRD does not know (``known``), as it prunes every write; records the patches."""
+
+    def __init__(self, status: dict, known: tuple[str, ...]) -> None:
+        self.status = status
+        self.known = known
+        self.patches: list[dict] = []
+
+    async def request(self, method: str, path: str, *, body: dict, content_type: str) -> dict:
+        assert (method, content_type) == ("PATCH", "application/merge-patch+json") and path.endswith("/status")
+        self.patches.append(body["status"])
+        self.status = applied(self.status, body["status"])
+        inventory = self.status.get("inventory")
+        if isinstance(inventory, dict):
+            self.status["inventory"] = {key: value for key, value in inventory.items() if key in self.known}
+        return {"metadata": {"name": "kf"}, "status": copy.deepcopy(self.status)}
+
+
+FIRST_FORMAT_CRD = ("entries",)
+STRING_FORMAT_CRD = ("entries", "applications", "stale", "runOnce")
+
+
+def _writer(server: CrdServer, inventory_format: InventoryFormat | None = None) -> tuple[StatusWriter, Stack]:
+    stack = Stack(Owner("kf", "kubeflow", "uid-1"), 1, status=copy.deepcopy(server.status),
+                  applications=["web-app", "rbac"])
+    stack.reload(copy.deepcopy(server.status))
+    stack.inventory = dict(INVENTORY)
+    stack.want({ref: {} for ref in RENDERED_BY})
+    stack.application_of = dict(RENDERED_BY)
+    writer = StatusWriter(server, stack, None, None, health_timeout=60,  # type: ignore[arg-type]
+                          inventory_format=inventory_format or InventoryFormat())
+    return writer, stack
+
+
+def _first_format_status() -> dict:
+    """A status as the operator wrote it before the string format."""
+    stack_status = {"applications": [{"name": "web-app"}, {"name": "rbac"}]}
+    return {**stack_status, "inventory": encode_first_format(INVENTORY, RENDERED_BY.get, ["web-app", "rbac"])}
+
+
+def test_a_crd_that_keeps_the_strings_gets_them_and_loses_the_first_format_at_once():
+    server = CrdServer(_first_format_status(), STRING_FORMAT_CRD)
+    writer, _ = _writer(server)
+    asyncio.run(writer.update())
+    assert [set(patch.get("inventory", {})) for patch in server.patches] == [
+        {"applications", "stale", "runOnce"},  # added beside the first format, until the answer shows them kept
+        {"entries"}]                           # then the first format removed (null)
+    assert server.patches[1] == {"inventory": {"entries": None}}
+    assert set(server.status["inventory"]) == {"applications", "stale", "runOnce"}
+    assert decode(server.status) == INVENTORY
+    asyncio.run(writer.update())
+    assert len(server.patches) == 2, "nothing changed: nothing written"
+
+
+def test_a_crd_older_than_the_strings_keeps_the_first_format_and_is_not_written_again_at_rest(caplog):
+    server = CrdServer(_first_format_status(), FIRST_FORMAT_CRD)
+    writer, stack = _writer(server)
+    asyncio.run(writer.update())
+    assert decode(server.status) == INVENTORY and set(server.status["inventory"]) == {"entries"}
+    assert "older than this operator" in caplog.text
+    writes = len(server.patches)
+    asyncio.run(writer.update())
+    assert len(server.patches) == writes, "the pruned strings are not sent again and again"
+    stack.generation = 2
+    asyncio.run(writer.update())
+    assert "applications" not in server.patches[-1].get("inventory", {})
+    assert decode(server.status) == INVENTORY
+
+
+def test_strings_pruned_after_they_were_kept_are_followed_at_once_by_the_first_format():
+    """The CRD replaced by an older one while the operator runs: the write that lost the inventory is repaired by
+    the next request, not the next status change."""
+    kept = InventoryFormat()
+    kept.strings_kept = True
+    server = CrdServer({}, FIRST_FORMAT_CRD)
+    writer, _ = _writer(server, kept)
+    asyncio.run(writer.update())
+    assert [set(patch.get("inventory", {})) for patch in server.patches] == [
+        {"applications", "stale", "runOnce"}, {"entries"}]
+    assert decode(server.status) == INVENTORY and kept.strings_kept is False
+
+
+def test_an_inventory_read_in_the_string_format_proves_the_crd_keeps_it():
+    strings = {"inventory": encode(INVENTORY, RENDERED_BY.get, ["web-app", "rbac"])}
+    inventory_format = InventoryFormat()
+    inventory_format.observe(strings["inventory"])
+    inventory_format.observe(_first_format_status()["inventory"])  # proves nothing either way
+    assert inventory_format.strings_kept is True
