@@ -106,3 +106,17 @@ def test_a_missed_heal_target_shows_the_heal_floor_beside_it(older: JSON) -> Non
 def test_the_status_write_section_says_so_when_the_session_did_not_measure_it(older):
     page = _rendered({key: value for key, value in older.items() if not key.startswith("status_write.")})
     assert "Not measured in this session (`python -m bench.status_write`" in page
+
+
+def test_the_status_write_section_gives_both_formats_and_their_ratio(older):
+    entry = {"unit": "ms", "n": 3, "min": 1.0, "max": 50.0}
+    measured = {**older,
+                "status_write.strings.apiserver_cpu_ms": {**entry, "median": 12.4, "value": 12.4,
+                                                          "note": "595 objects, KfDef 40,000 bytes; 100 writes"},
+                "status_write.objects.apiserver_cpu_ms": {**entry, "median": 42.7, "value": 42.7,
+                                                          "note": "595 objects, KfDef 52,000 bytes; 100 writes"},
+                "status_write.strings.latency_ms": {**entry, "median": 9.3, "value": 9.3},
+                "status_write.objects.latency_ms": {**entry, "median": 23.4, "value": 23.4}}
+    page = _rendered(measured)
+    assert "**12.4 ms of CPU per write with the inventory as strings**" in page
+    assert "42.7 ms with an object per entry (its first format; 595 objects, KfDef 52,000 bytes): 3.4 x" in page
