@@ -167,7 +167,7 @@ class StatusWriter:
             stack = self._stack
             was_ready = _ready(stack.status)
             self._inventory_format.observe(stack.status.get("inventory"))
-            while True:  # again only when this write taught which inventory format the CRD keeps: two at most
+            while True:  # again only when a write changed what is known of the CRD's format: twice at most
                 known = self._inventory_format.strings_kept
                 wanted = status_of(stack, self._live, health_timeout=self._health_timeout, now=time.monotonic(),
                                    inventory_format=self._inventory_format)
