@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as ``python bench/status_write.py``
 
 from kfdef_operator.api.names import kfdef_path  # noqa: E402
 from kfdef_operator.api.types import JSON  # noqa: E402
-from kfdef_operator.runtime.inventory import InventoryEntry, encode  # noqa: E402
+from kfdef_operator.runtime.inventory import InventoryEntry, encode, encode_first_format  # noqa: E402
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of, version_of  # noqa: E402
 
 from .baselines import render_in_place  # noqa: E402
@@ -48,14 +48,11 @@ IDLE_S = 2.0
 
 
 def inventories(held: list[tuple[ObjectRef, str, str]], applications: list[str]) -> dict[str, JSON]:
-    """``status.inventory`` of ``held`` (object, version, application) in each format."""
-    index = {name: position for position, name in enumerate(applications)}
-    return {
-        "strings": encode({ref: InventoryEntry(version) for ref, version, _ in held},
-                          {ref: application for ref, _, application in held}.get, applications),
-        "objects": {"entries": [{"id": ref.id, "v": version, "a": index[application]}
-                                for ref, version, application in held]},
-    }
+    """``status.inventory`` of ``held`` (object, version, application) in each format, as the operator writes it."""
+    inventory = {ref: InventoryEntry(version) for ref, version, _ in held}
+    application_of = {ref: application for ref, _, application in held}.get
+    return {"strings": encode(inventory, application_of, applications),
+            "objects": encode_first_format(inventory, application_of, applications)}
 
 
 def _rendered(bench: Bench) -> tuple[list[tuple[ObjectRef, str, str]], list[str]]:

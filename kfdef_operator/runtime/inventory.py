@@ -32,6 +32,8 @@ from kfdef_operator.ssa.inventory import ObjectRef, entry_of, parse_entry, parse
 log = logging.getLogger(__name__)
 #: The key every inventory in the string format holds (possibly empty), and no first-format one does.
 STRINGS_KEY = "applications"
+#: The one key of an inventory in the first format.
+FIRST_FORMAT_KEY = "entries"
 
 
 @dataclass
@@ -83,7 +85,7 @@ def encode_first_format(inventory: Mapping[ObjectRef, InventoryEntry],
         if application is not None:
             encoded["a"] = index.setdefault(application, len(index))
         entries.append(encoded)
-    return {"entries": entries}
+    return {FIRST_FORMAT_KEY: entries}
 
 
 class InventoryFormat:
@@ -137,9 +139,9 @@ def read(status: JSON) -> list[Held]:
     inventory = status.get("inventory")
     if not isinstance(inventory, dict):
         return []
-    if "entries" in inventory:
+    if FIRST_FORMAT_KEY in inventory:
         names = [row.get("name") for row in status.get("applications") or [] if isinstance(row, dict)]
-        return _read_entries(inventory.get("entries"), names)
+        return _read_entries(inventory.get(FIRST_FORMAT_KEY), names)
     run_once = inventory.get("runOnce")
     run_once = run_once if isinstance(run_once, dict) else {}
     held: list[Held] = []
