@@ -49,6 +49,8 @@ from kfdef_operator.runtime.delay_queue import DelayQueue
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.ownership import opted_out
 from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.ssa import aggregation
+from kfdef_operator.ssa.access import delete_body
 from kfdef_operator.ssa.apply import is_content_refusal
 from kfdef_operator.ssa.changeset import Action, Change, refusal
 from kfdef_operator.ssa.claims import Claim
@@ -370,6 +372,10 @@ class Healer:
             # An object that lost our stamps is still ours if it is the very object we applied (same uid);
             # one someone else created after ours was deleted is theirs: never stamped or overwritten.
             reclaimed = claim is Claim.UNCLAIMED and bool(request.uid) and meta.get("uid") == request.uid
+            if (claim is Claim.UNCLAIMED and not reclaimed and aggregation.is_echo(live)
+                    and aggregation.is_aggregated(stack.desired[ref])):
+                await self._delete_echo(stack, manager, ref, resource, live)
+                continue  # then created again, the way it is meant to be
             if opted_out(meta) or claim is Claim.FOREIGN or (claim is Claim.UNCLAIMED and not reclaimed):
                 if request.cause == DELETED and not opted_out(meta):
                     stack.record_heal(Change(ref, Action.CONFLICT,
@@ -387,6 +393,21 @@ class Healer:
             applied, _, _ = await manager.server_side_apply(ref, desired, resource, stack.owner.field_manager)
             return applied, DRIFT
         return None
+
+    @staticmethod
+    async def _delete_echo(stack: Stack, manager: ResourceManager, ref: ObjectRef, resource: Resource,
+                           live: JSON) -> None:
+        """Delete what kube-controller-manager's aggregation controller re-created of a deleted aggregated role
+        (:func:`aggregation.is_echo`: rules only, no ``aggregationRule``, written by nobody else), on the condition
+        that it is still that very object. It raced the heal's create, which would otherwise leave the stack's
+        role as an echo that aggregates nothing."""
+        try:
+            await manager.kube.request("DELETE", resource.path_of(ref), body=delete_body(live["metadata"]["uid"]))
+        except KubeApiError as error:
+            if error.status not in (404, 409):  # gone, or replaced meanwhile: judged again either way
+                raise
+        log.info("%s of %s was re-created by kube-controller-manager's aggregation controller after its deletion, "
+                 "holding only rules; deleted it to put the stack's own back", ref, stack.owner)
 
     def _post(self, stack: Stack, event_type: str, reason: str, message: str) -> None:
         """Post an event without holding up the heal."""

@@ -11,7 +11,8 @@ from kfdef_operator.runtime.heal import FIGHT_THRESHOLD, Healer
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.tracker import Tracker
-from kfdef_operator.ssa.changeset import Action
+from kfdef_operator.ssa.aggregation import AGGREGATION_CONTROLLER
+from kfdef_operator.ssa.changeset import Action, Change
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ref_of
 from kfdef_operator.ssa.manager import ResourceManager
@@ -283,3 +284,44 @@ def test_a_status_update_right_after_the_create_does_not_make_recording_the_appl
     assert [r.status for r in follow_ups] == [200]
     entries = server.get(CM_PATH)["metadata"]["managedFields"]
     assert [e["operation"] for e in entries if e["manager"] == OWNER.field_manager] == ["Apply"]
+
+
+ADMIN = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "admin"},
+         "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"to-admin": "true"}}]}, "rules": []}
+ADMIN_PATH = "/apis/rbac.authorization.k8s.io/v1/clusterroles/admin"
+
+
+def _heal_raced(server: FakeApiServer, manager: str) -> Change:
+    """The stack's aggregated role ``admin`` deleted, and a role with rules only created at its name by ``manager``
+    just before the heal's create arrives; the heal's result."""
+    rules_only = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "admin"},
+                  "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+
+    async def scenario():
+        h = await healing(server, [ADMIN])
+        server.before("POST", "/clusterroles", lambda _: server.put(rules_only, manager=manager))
+        server.remove(ADMIN_PATH)
+        await h.settle()
+        await h.close()
+        return h.stack.changes[ref_of(ADMIN)]
+
+    return virtual_time.run(scenario())
+
+
+def test_an_echo_of_a_deleted_aggregated_role_that_beat_the_heal_is_replaced_by_the_stacks_role() -> None:
+    """kube-controller-manager's aggregation controller may write the rules of an aggregated role it read just
+    before the role's deletion: an apply that creates it anew, rules only. Left there, it aggregates nothing."""
+    server = cluster()
+    assert _heal_raced(server, AGGREGATION_CONTROLLER).action is Action.CREATED
+    (deleted,) = server.received("DELETE", ADMIN_PATH)
+    assert deleted.body["preconditions"]["uid"], "only the very echo read"
+    healed = server.get(ADMIN_PATH)
+    assert healed["aggregationRule"] == ADMIN["aggregationRule"]
+    assert OWNER.claim(healed["metadata"]).value == "ours"
+
+
+def test_a_role_someone_else_created_at_an_aggregated_roles_name_is_left_to_them() -> None:
+    server = cluster()
+    assert _heal_raced(server, "kubectl-create").action is Action.CONFLICT
+    assert server.received("DELETE", ADMIN_PATH) == []
+    assert "aggregationRule" not in server.get(ADMIN_PATH)
