@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Iterator
 
 import pytest
 
@@ -132,8 +133,20 @@ FIRST_FORMAT_CRD = ("entries",)
 STRING_FORMAT_CRD = ("entries", "applications", "stale", "runOnce")
 
 
+@pytest.fixture(autouse=True)
+def _metrics_forgotten() -> Iterator[None]:
+    """The writers' metrics series removed after each test: the registry is the process's, and other tests read it."""
+    yield
+    for writer in WRITERS:
+        writer.forget()
+    WRITERS.clear()
+
+
+WRITERS: list[StatusWriter] = []
+
+
 def _writer(server: CrdServer, inventory_format: InventoryFormat | None = None) -> tuple[StatusWriter, Stack]:
-    stack = Stack(Owner("kf", "kubeflow", "uid-1"), 1, status=copy.deepcopy(server.status),
+    stack = Stack(Owner("inventory-format", "status-writer-tests", "uid-1"), 1, status=copy.deepcopy(server.status),
                   applications=["web-app", "rbac"])
     stack.reload(copy.deepcopy(server.status))
     stack.inventory = dict(INVENTORY)
@@ -141,6 +154,7 @@ def _writer(server: CrdServer, inventory_format: InventoryFormat | None = None) 
     stack.application_of = dict(RENDERED_BY)
     writer = StatusWriter(server, stack, None, None, health_timeout=60,  # type: ignore[arg-type]
                           inventory_format=inventory_format or InventoryFormat())
+    WRITERS.append(writer)
     return writer, stack
 
 
