@@ -66,6 +66,10 @@ rules:
 
 _START_TIMEOUT_S = 120.0
 _STOP_TIMEOUT_S = 15.0
+#: Starts with fresh ports when a component finds one of its ports taken: ``free_port`` only knows that a port was
+#: free when it looked, and a parallel test worker's control plane may bind it before this one's component does.
+_START_ATTEMPTS = 3
+_PORT_TAKEN = "address already in use"
 
 
 class ControlPlaneError(RuntimeError):
@@ -250,32 +254,53 @@ class ControlPlane:
         started = time.monotonic()
         try:
             self._prepare_credentials()
-            self.ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
-            self._write_kubeconfigs()
-            self._start_etcd()
-            self._start_apiserver()
-            self._start("kube-controller-manager", self._kcm_args())
-            self._start("kube-scheduler", self._scheduler_args())
-            self._wait_http("kube-controller-manager", f"https://127.0.0.1:{self.ports['kcm']}/healthz")
-            self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.ports['scheduler']}/healthz")
-            self._create_fake_node()
-            self._start("kwok", self._kwok_args())
-            self._wait_http("kwok", f"http://127.0.0.1:{self.ports['kwok']}/healthz")
-            self._wait_for("kube-controller-manager", "ServiceAccount default/default",
-                           lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") is not None)
-            self._wait_for("kwok", f"Node {FAKE_NODE_NAME} Ready", self._node_ready)
+            for attempt in range(1, _START_ATTEMPTS + 1):
+                try:
+                    self._start_components()
+                    break
+                except ControlPlaneError as error:
+                    if _PORT_TAKEN not in str(error) or attempt == _START_ATTEMPTS:
+                        raise
+                    self._stop_processes()
+                    shutil.rmtree(self.dir / "etcd", ignore_errors=True)
         except BaseException:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - started
 
+    def _start_components(self) -> None:
+        """Choose ports, then start every component in order and wait until each is healthy."""
+        self.ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+        self._write_kubeconfigs()
+        self._start_etcd()
+        self._start_apiserver()
+        self._start("kube-controller-manager", self._kcm_args())
+        self._start("kube-scheduler", self._scheduler_args())
+        self._wait_http("kube-controller-manager", f"https://127.0.0.1:{self.ports['kcm']}/healthz")
+        self._wait_http("kube-scheduler", f"https://127.0.0.1:{self.ports['scheduler']}/healthz")
+        self._create_fake_node()
+        self._start("kwok", self._kwok_args())
+        self._wait_http("kwok", f"http://127.0.0.1:{self.ports['kwok']}/healthz")
+        self._wait_for("kube-controller-manager", "ServiceAccount default/default",
+                       lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") is not None)
+        self._wait_for("kwok", f"Node {FAKE_NODE_NAME} Ready", self._node_ready)
+        # A component that lost its port to another control plane's exits within milliseconds, but that one may
+        # have answered the health check meanwhile: ours must all be alive now, seconds later.
+        for process in self._processes.values():
+            if not process.running():
+                raise ControlPlaneError(f"{process.name} exited during start-up; log tail:\n{process.log_tail()}")
+
     def stop(self) -> None:
-        """Stop every process this object started, newest first, by PID."""
+        """Stop every process this object started, newest first, by PID, and remove the working directory it
+        made."""
+        self._stop_processes()
+        if self._owns_work_dir and self.work_dir is not None and os.environ.get("KFDEF_KEEP_CONTROL_PLANE_DIR") != "1":
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _stop_processes(self) -> None:
         for process in reversed(list(self._processes.values())):
             process.stop()
         self._processes.clear()
-        if self._owns_work_dir and self.work_dir is not None and os.environ.get("KFDEF_KEEP_CONTROL_PLANE_DIR") != "1":
-            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver by its PID and start it again with the same flags and port."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,18 +44,28 @@ class Kube:
         self.api = config.new_client_from_config(config_file=str(kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
-        self.dynamic = dynamic.DynamicClient(self.api)
+        # Discovery cached in a file of this client's own: the library's default is a file in /tmp named after the
+        # server's URL alone, which a control plane that had the same port before (another run's) wrote.
+        self._discovery_dir = tempfile.TemporaryDirectory(prefix="kube-discovery-")
+        self.dynamic = dynamic.DynamicClient(self.api, cache_file=f"{self._discovery_dir.name}/discovery.json")
 
     def close(self) -> None:
         self.api.close()
+        self._discovery_dir.cleanup()
 
     def resource(self, api_version: str, kind: str):
-        """The dynamic resource; discovery is refreshed once when the kind is unknown (new CRDs)."""
+        """The dynamic resource; discovery is refreshed once when the kind is unknown (new CRDs).
+
+        The lookup names its API group, or the core API: without one the library asks every group listed in
+        ``/apis`` for its resources of that version, and one group that answers 404 (CI saw
+        ``telemetry.istio.io/v1`` do so while listed) fails the lookup of a core kind."""
+        group, _, version = api_version.rpartition("/")
+        where = {"prefix": "apis", "group": group} if group else {"prefix": "api"}
         try:
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+            return self.dynamic.resources.get(api_version=version, kind=kind, **where)
         except ResourceNotFoundError:
             self.dynamic.resources.invalidate_cache()
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+            return self.dynamic.resources.get(api_version=version, kind=kind, **where)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
         """The live object as a dict, or None when it does not exist."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -10,7 +11,8 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from kfdef_dev.controlplane import network_is_loopback_only
+from kfdef_dev import controlplane
+from kfdef_dev.controlplane import ControlPlane, network_is_loopback_only
 from tests.kube import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -19,6 +21,28 @@ pytestmark = pytest.mark.cluster
 def test_runs_in_loopback_only_network_namespace(control_plane):
     assert network_is_loopback_only()
     assert control_plane.server.startswith("https://127.0.0.1:")
+
+
+def test_a_port_taken_before_its_component_binds_it_is_exchanged_for_another(monkeypatch):
+    """free_port only knows that a port was free when it looked: CI saw a parallel worker's control plane bind the
+    one chosen for kube-apiserver first ("bind: address already in use"). The start tries again with fresh ports."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", controlplane.free_port()))
+    taken.listen()
+    port = taken.getsockname()[1]
+    chosen: list[int] = []
+    real_free_port = controlplane.free_port
+
+    def free_port_whose_third_pick_is_taken() -> int:  # the third port is kube-apiserver's
+        chosen.append(port if len(chosen) == 2 else real_free_port())
+        return chosen[-1]
+
+    monkeypatch.setattr(controlplane, "free_port", free_port_whose_third_pick_is_taken)
+    with taken, ControlPlane() as plane:
+        assert plane.ports["apiserver"] != port and len(chosen) == 12
+        assert "address already in use" in (plane.dir / "logs" / "kube-apiserver.log").read_text()
+        assert plane.request("GET", "/version")["gitVersion"] == "v1.36.4"
+        assert all(process.running() for process in plane._processes.values())
 
 
 def test_version_is_stamped(control_plane):
