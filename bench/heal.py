@@ -6,10 +6,12 @@
   the operator's fight backoff (more than 3 heals of one object per minute).
   Each trial is followed by one of the heal floor (:class:`HealFloor`): a
   copy of the same Deployment, put back by the least any healer can do.
-  The next trial starts once the last one has settled (:func:`_trial`), so
-  that each heal is measured with its own delete's cascade only, as when a
-  user deletes one Deployment: a trial started while the last one's new
-  ReplicaSet and Pods were still being made measured the bench's pacing.
+  The next trial starts once the last one has settled (:func:`_trial`), and
+  no sooner than ``TRIAL_SPACING_S`` after the last delete, so that each heal
+  is measured with its own delete's cascade only, as when a user deletes one
+  Deployment: a trial started while the last one's new ReplicaSet and Pods
+  were still being made, or while the operator wrote the status of the last
+  heal, measured the bench's pacing.
 - Namespace: from the Namespace's DELETED event (kube-apiserver finished the
   deletion: the namespace controller emptied it) until one of its Deployments
   exists again.
@@ -29,6 +31,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from kfdef_operator.controller.refresher import COALESCE_S
+
 from .context import Bench, is_ready, run_selector
 from .operator_runs import Deployed
 from .stats import percentile, summary
@@ -40,6 +44,11 @@ POLL_S = 0.005
 #: The label of the heal floor's copies (also in their selectors and pod templates); its value is the run's suffix.
 FLOOR_LABEL = "bench.kfdef.dev/heal-floor"
 DEPLOYMENTS = "/apis/apps/v1/deployments"
+#: The least time from one trial's delete to the next one's. The operator writes the status of a heal once its
+#: refresher's coalescing window has passed, and the delete's cascade ends with kwok's pod deletions and the
+#: endpoint controllers' updates some tens of milliseconds after the Deployment is back. Trials 50 ms apart met
+#: the status write of the heal two trials before at kube-apiserver: the two slowest of one session did.
+TRIAL_SPACING_S = COALESCE_S + 0.1
 
 
 async def _open(bench: Bench, path: str, deployed: Deployed) -> EventStream:
@@ -171,10 +180,15 @@ async def deployments(bench: Bench, deployed: Deployed, trials: int, *,
     samples: dict[str, list[float]] = {"operator": [], "floor": []}
     try:
         await floor.start(targets[:trials])
+        not_before = 0.0
         for trial in range(trials):
             namespace, name = targets[trial % len(targets)]
+            await _until(not_before)
+            not_before = time.monotonic() + TRIAL_SPACING_S
             samples["operator"].append(await _trial(bench, stream, namespace, name, timeout))
+            await _until(not_before)
             await _settle(bench, deployed, timeout)  # the operator's status of the heal written too
+            not_before = time.monotonic() + TRIAL_SPACING_S
             samples["floor"].append(await _trial(bench, floor.stream, namespace, floor_name(name), timeout))
     finally:
         await stream.close()
@@ -193,6 +207,11 @@ def figures(samples: dict[str, list[float]], **p99_extra: Any) -> dict[str, Any]
         entries[f"{prefix}p99_ms"] = summary(ms, "ms", value=percentile(ms, 99),
                                              **(p99_extra if key == "operator" else {}))
     return entries
+
+
+async def _until(moment: float) -> None:
+    """Return at ``moment`` (``time.monotonic()``), at once if it has passed."""
+    await asyncio.sleep(max(0.0, moment - time.monotonic()))
 
 
 async def _settle(bench: Bench, deployed: Deployed, timeout: float) -> None:

@@ -1,5 +1,6 @@
 """How the heal trials are paced and timed: a trial ends with its Deployment available again, the collector of the
-measuring process is held off while a heal is timed, and the next trial waits for a whole stack.
+measuring process is held off while a heal is timed, the next trial waits for a whole stack, and trials are spaced
+past the operator's status refresh of the last heal.
 
 Real :class:`EventStream` objects on a fake client seam: ``watch`` yields what the test (or a fake DELETE) queues.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
+import time
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any, cast
@@ -18,6 +21,7 @@ from bench import heal
 from bench.context import Bench
 from bench.operator_runs import Deployed
 from bench.streams import EventStream
+from kfdef_operator.controller.refresher import COALESCE_S
 
 JSON = dict[str, Any]
 PATH = "/apis/apps/v1/namespaces/ns-1/deployments/api"
@@ -129,3 +133,46 @@ async def _next_trial_waits_for_a_whole_stack() -> None:
         await asyncio.wait_for(heal._settle(bench, deployed, 5), 1)  # whole already: no wait
     finally:
         await kfdefs.close()
+
+
+def test_trials_start_no_sooner_than_the_spacing_after_the_last_delete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials 50 ms apart met the operator's status write of the heal two trials before at kube-apiserver (written
+    once its refresher's coalescing window had passed): each trial now starts past that window."""
+    started: list[tuple[str, float]] = []
+
+    async def trial(bench: Any, stream: Any, namespace: str, name: str, timeout: float) -> float:
+        started.append((name, time.monotonic()))
+        return 1.0  # back and available at once: only the pacing holds the next trial
+
+    async def settled(*_: Any) -> None:
+        pass
+
+    class Floor:
+        stream = SimpleNamespace()
+
+        def __init__(self, *_: Any) -> None:
+            pass
+
+        async def start(self, originals: Any) -> Floor:
+            return self
+
+        async def close(self) -> None:
+            pass
+
+    async def opened(*_: Any) -> Any:
+        async def close() -> None:
+            pass
+        return SimpleNamespace(close=close)
+
+    monkeypatch.setattr(heal, "_trial", trial)
+    monkeypatch.setattr(heal, "_settle", settled)
+    monkeypatch.setattr(heal, "HealFloor", Floor)
+    monkeypatch.setattr(heal, "_open", opened)
+    workload = SimpleNamespace(deployments=[("ns-1", "a"), ("ns-1", "b")], suffix="s")
+    samples = asyncio.run(heal.deployments(cast(Bench, None), cast(Deployed, SimpleNamespace(workload=workload)), 2))
+    assert samples == {"operator": [1.0, 1.0], "floor": [1.0, 1.0]}
+    assert [name for name, _ in started] == ["a", "a-floor", "b", "b-floor"]
+    times = [at for _, at in started]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) > COALESCE_S, gaps
+    assert min(gaps) >= heal.TRIAL_SPACING_S - 0.005, gaps

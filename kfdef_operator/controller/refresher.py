@@ -13,6 +13,10 @@ from collections.abc import Callable
 from kfdef_operator.controller.registry import Key, StackRegistry
 from kfdef_operator.runtime.stack import Stack
 
+#: How long a stack's status refresh waits after the first event asking for it: a burst of events (a heal's
+#: DELETED, ADDED and its Deployment's status updates) makes one status write.
+COALESCE_S = 0.2
+
 
 class StatusRefresher:
     """Writes the status of the registry's stacks soon after they were asked for; ``leading`` gates it."""
@@ -53,7 +57,7 @@ class StatusRefresher:
 
     async def _loop(self) -> None:
         while self._pending:
-            await asyncio.sleep(0.2)  # coalesce bursts of events into one status write
+            await asyncio.sleep(COALESCE_S)
             pending, self._pending = self._pending, set()
             for key in pending if self._leading() else ():
                 writer = self._registry.writers.get(key)
