@@ -92,6 +92,14 @@ async def connect(kubeconfig: str | None) -> KubeClient:
     return kube
 
 
+def credentials_revoked(kubeconfig: str | None, detail: str) -> str:
+    """What to say when the API server stops accepting credentials it accepted at start-up."""
+    return (f"the API server stopped accepting the credentials from {credentials_source(kubeconfig)} (401 "
+            f"Unauthorized; {detail}): a ServiceAccount's token is revoked when the ServiceAccount, or the pod it "
+            "was issued to, is deleted, and a kubeconfig's token may expire. Give the operator valid credentials and "
+            "start it again")
+
+
 def _unreachable(host: str, source: str, error: BaseException) -> str:
     where = f"{host} ({source})" if source else host
     if isinstance(error, KubeApiError) and error.status == 401:

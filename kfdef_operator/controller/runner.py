@@ -196,8 +196,18 @@ def run_operator(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     limit_tls_read_buffers()
-    asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=sorted(namespaces), memo=memo))
+    serve(memo, namespaces, args.kubeconfig)
     return 0
+
+
+def serve(memo: kopf.Memo, namespaces: frozenset[str], kubeconfig: str | None) -> None:
+    """Run kopf's operator until it stops. Credentials the API server stops accepting (kopf's ``LoginError``: a 401
+    on every credential its login gave) end it with a :class:`ClusterError` that says so."""
+    try:
+        asyncio.run(kopf.operator(standalone=True, clusterwide=not namespaces, namespaces=sorted(namespaces),
+                                  memo=memo))
+    except kopf.LoginError as error:
+        raise preflight.ClusterError(preflight.credentials_revoked(kubeconfig, str(error).split(".")[0])) from None
 
 
 def _election(args: argparse.Namespace, identity: str) -> ElectionConfig:

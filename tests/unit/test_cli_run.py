@@ -9,11 +9,15 @@ import inspect
 import logging
 from pathlib import Path
 
+import kopf
 import kopf._cogs.clients.api as kopf_api
 import pytest
 
 from kfdef_dev.controlplane import free_port
+from kfdef_operator.cli.main import _fail
+from kfdef_operator.controller import runner
 from kfdef_operator.controller.log_filters import RetriedThrottling
+from kfdef_operator.controller.preflight import ClusterError
 from tests.commands import kfdef_operator
 
 
@@ -59,3 +63,20 @@ def test_the_throttling_kopf_retries_is_not_an_error():
                                   "Request attempt #9/9 failed; escalating: GET https://h/ -> "
                                   "APITooManyRequestsError('storage is (re)initializing', {})", None, None)
     assert RetriedThrottling().filter(escalated) and escalated.levelno == logging.ERROR
+
+
+def test_credentials_revoked_while_running_end_the_operator_with_what_happened(monkeypatch, capsys):
+    """OLM's uninstall deletes the operator's ServiceAccount while its pods shut down: every token of it stops
+    working, and kopf gives up with a LoginError. The operator says so (it once called it a bug of its own)."""
+    async def kopf_out_of_credentials(**_: object) -> None:
+        raise kopf.LoginError("Ran out of valid credentials. Consider installing an API client library or adding a "
+                              "login handler. See more: https://docs.kopf.dev/en/stable/authentication/")
+    monkeypatch.setattr(kopf, "operator", kopf_out_of_credentials)
+    with pytest.raises(ClusterError) as raised:
+        runner.serve(kopf.Memo(), frozenset(), "/etc/operator/kubeconfig")
+    assert _fail(str(raised.value), 1) == 1
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and line.startswith(
+        "error: the API server stopped accepting the credentials from kubeconfig /etc/operator/kubeconfig "
+        "(401 Unauthorized; Ran out of valid credentials): a ServiceAccount's token is revoked when"), line
+    assert "bug" not in line and "kopf.dev" not in line
