@@ -15,14 +15,17 @@ RENDER_HELPER = $(shell tools/build-render-helper.sh --path)
 OLM_VALIDATE = $(shell tools/build-olm-validate.sh --path)
 # Prometheus' promtool (tools/build-promtool.sh), for the monitoring rules' checks, outside the repo.
 PROMTOOL = $(shell tools/build-promtool.sh --path)
-RUN    = env KFDEF_K8SBIN=$(K8SBIN) KFDEF_RENDER_HELPER=$(RENDER_HELPER) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) KFDEF_PROMTOOL=$(PROMTOOL) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
+# OLM v0.46.0 (olm-operator, catalog-operator, CRDs) and the catalog's registry server (tools/build-olm.sh), outside
+# the repo: tests/cluster/test_olm.py installs, upgrades and removes the operator with it.
+OLM_BIN = $(shell tools/build-olm.sh --dir)
+RUN    = env KFDEF_K8SBIN=$(K8SBIN) KFDEF_RENDER_HELPER=$(RENDER_HELPER) KFDEF_OLM_VALIDATE=$(OLM_VALIDATE) KFDEF_PROMTOOL=$(PROMTOOL) KFDEF_OLM_BIN=$(OLM_BIN) PATH=$(K8SBIN):$(CURDIR)/$(VENV)/bin:$$PATH tools/netns-run
 PYTEST_ARGS ?=
 # The suites and benchmarks that read the Kubeflow release archives run with KFDEF_STACKS_DIR set to them: found
 # ($KFDEF_STACKS_DIR, ../shared/stacks) or fetched once into a cache by kfdef_dev/stacks.py, before netns-run cuts
 # the network.
 test unit reliability-report bench bench-quick: RUN := $(PY) -m kfdef_dev stacks -- $(RUN)
 
-.PHONY: all venv control-plane lint check test reliability-report unit demo bench olm-bundle olm-validate promtool crd-package-data image deploy undeploy clean
+.PHONY: all venv control-plane lint check test reliability-report unit demo bench olm olm-bundle olm-catalog olm-validate promtool crd-package-data image deploy undeploy clean
 
 all: test
 
@@ -45,7 +48,7 @@ demo: venv control-plane
 # The suite runs in a loopback-only network namespace (see tools/netns-run), after the static checks, on two
 # pytest-xdist workers with a control plane each (the cores mostly wait otherwise), a test file at a time each so
 # that a module's fixtures start once; the 20 slowest tests are listed at the end.
-test: lint control-plane olm-validate promtool
+test: lint control-plane olm-validate promtool olm
 	$(RUN) $(PY) -m pytest -ra --durations=20 -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # The fast loop: the static checks and every test that needs no Go-built binary (which includes the control plane)
@@ -63,7 +66,7 @@ lint: venv
 reliability-report: lint control-plane olm-validate
 	$(RUN) env KFDEF_UPDATE_RELIABILITY_REPORT=1 $(PY) -m pytest -ra tests/reliability $(PYTEST_ARGS)
 
-unit: venv control-plane olm-validate promtool
+unit: venv control-plane olm-validate promtool olm
 	$(RUN) $(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
 
 # Built before the suite: inside the network namespace there is no module proxy.
@@ -73,6 +76,10 @@ olm-validate:
 # Built before the suite, like olm-validate: tests/unit/test_monitoring.py runs it.
 promtool:
 	tools/build-promtool.sh >/dev/null
+
+# OLM from its source (KFDEF_OLM_SRC, ../shared/olm or the module proxy; tools/build-olm.sh), before the suite.
+olm:
+	tools/build-olm.sh >/dev/null
 
 # The KfDef CRD shipped inside the package (the CLI validates KfDef files with it); tests/unit/test_crd_schema.py
 # fails while it differs from crds/.
@@ -109,6 +116,12 @@ undeploy: venv
 olm-bundle: venv control-plane olm-validate
 	PATH=$(K8SBIN):$$PATH $(PY) tools/gen-olm-bundle.py
 	$(OLM_VALIDATE) -k8s-version 1.36 olm-bundle
+
+# A file-based catalog of olm-bundle/ in build/olm-catalog, for `opm` to build a catalog image from (README.md).
+# BUNDLE_IMG names the pushed bundle image, {version} standing for the release (e.g. REGISTRY/kfdef-operator-bundle:v{version}).
+BUNDLE_IMG ?=
+olm-catalog: venv
+	$(PY) tools/gen-olm-catalog.py --output build/olm-catalog $(if $(BUNDLE_IMG),--bundle-image '$(BUNDLE_IMG)') olm-bundle
 
 # Benchmarks (bench/): bench/results.json, docs/benchmarks.md and .png; about 20 minutes.
 # bench-quick: a smaller workload and fewer runs for development, written to build/bench-quick/.

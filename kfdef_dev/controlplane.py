@@ -169,17 +169,21 @@ def stop_process(popen: subprocess.Popen, sig: int, timeout: float) -> None:
 
 
 @dataclass
-class _Process:
+class ChildProcess:
+    """A server process of the development machinery: started in its own session with its output in a log file,
+    stopped by its own PID only."""
+
     name: str
     args: list[str]
     log_path: Path
+    env: dict[str, str] | None = None  # None: this process's environment
     popen: subprocess.Popen | None = None
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
         try:
             self.popen = subprocess.Popen(
-                self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True,
             )
         finally:
@@ -216,11 +220,15 @@ class ControlPlane:
     controller_manager_flags: tuple[str, ...] = ()
     audit: bool = False
     users: tuple[str, ...] = ()
+    #: CRD manifests (files or directories) created before kube-controller-manager starts. Its garbage collector
+    #: learns the kinds it can collect by from discovery every 30 s: dependents of a CRD's objects created later
+    #: (OLM's Deployments, owned by ClusterServiceVersions) would be collected up to that much late.
+    crds: tuple[Path, ...] = ()
     allow_host_network: bool = field(default_factory=lambda: os.environ.get("KFDEF_ALLOW_HOST_NETWORK") == "1")
 
     def __post_init__(self) -> None:
         self._owns_work_dir = self.work_dir is None
-        self._processes: dict[str, _Process] = {}
+        self._processes: dict[str, ChildProcess] = {}
         self._tokens: dict[str, str] = {}
         self.ports: dict[str, int] = {}
 
@@ -274,6 +282,9 @@ class ControlPlane:
         self._write_kubeconfigs()
         self._start_etcd()
         self._start_apiserver()
+        for manifests in self.crds:
+            self.kubectl("apply", "--server-side", "-f", str(manifests))
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(manifests))
         self._start("kube-controller-manager", self._kcm_args())
         self._start("kube-scheduler", self._scheduler_args())
         self._wait_http("kube-controller-manager", f"https://127.0.0.1:{self.ports['kcm']}/healthz")
@@ -393,7 +404,7 @@ class ControlPlane:
     # -- components ----------------------------------------------------------------
 
     def _start(self, name: str, args: list[str]) -> None:
-        process = _Process(name, [str(self.bin_dir / name), *args], self.dir / "logs" / f"{name}.log")
+        process = ChildProcess(name, [str(self.bin_dir / name), *args], self.dir / "logs" / f"{name}.log")
         self._processes[name] = process
         process.start()
 
@@ -498,6 +509,14 @@ class ControlPlane:
             if error.code in ok:
                 return json.loads(error.read() or b"null")
             raise ControlPlaneError(f"{method} {path} -> {error.code}: {error.read()[:500]!r}") from None
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl as the admin; its output, or a :class:`ControlPlaneError` with kubectl's own message."""
+        done = subprocess.run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+                              input=stdin, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
 
     def _get(self, path: str) -> dict | None:
         return self.request("GET", path)

@@ -19,7 +19,7 @@ CLUSTER_FIXTURES = frozenset({"control_plane", "plane"})
 #: Fixtures that unpack the Kubeflow release archives (tests/unit/conftest.py, tests/releases/conftest.py).
 STACKS_FIXTURES = frozenset({"kubeflow_v1_2_source", "release_trees"})
 #: How the tests and the product find the Go-built binaries (tools/build-*.sh), besides their cache.
-GO_BINARY_SETTINGS = ("KFDEF_K8SBIN", "KFDEF_RENDER_HELPER", "KFDEF_OLM_VALIDATE", "KFDEF_PROMTOOL")
+GO_BINARY_SETTINGS = ("KFDEF_K8SBIN", "KFDEF_RENDER_HELPER", "KFDEF_OLM_VALIDATE", "KFDEF_PROMTOOL", "KFDEF_OLM_BIN")
 #: The longest test file (the releases deployed on a cluster), started first.
 LONGEST = "tests/releases/test_on_cluster.py"
 

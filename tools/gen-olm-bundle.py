@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the OLM bundle (``olm-bundle/``) from ``crds/``, ``deploy/`` and ``tools/olm/``.
 
-    tools/gen-olm-bundle.py [--output DIR] [--kustomize PATH]
+    tools/gen-olm-bundle.py [--output DIR] [--kustomize PATH] [--version V [--replaces PREVIOUS]]
 
 The ClusterServiceVersion is ``tools/olm/csv-base.yaml`` plus what the
 repository already says elsewhere, so the bundle cannot drift from the
@@ -21,6 +21,13 @@ kustomize install:
   ``containerImage`` annotation from the Deployment's image;
 * ``alm-examples``: ``kfdefs/demo/in-cluster.yaml``, the demo stack served from
   the operator's image (works without the internet).
+
+``--version`` makes the bundle of another release from the same tree: the CSV
+``kfdef-operator.v<V>`` with ``spec.version`` V and the operator image tagged
+V; ``--replaces`` names the release it upgrades (``spec.replaces`` and an
+``olm.skipRange`` from that release up to V). The committed bundle is the
+version of ``csv-base.yaml``; ``tools/gen-olm-catalog.py`` serves bundles as a
+catalog with their upgrade graph.
 
 The CRD is copied byte for byte; the metrics Service and the
 PodDisruptionBudget are included (OLM creates them in the install namespace). Output is deterministic: the same inputs
@@ -107,12 +114,25 @@ def example_kfdef() -> JSON:
     return yaml.safe_load(EXAMPLE_KFDEF.read_text())
 
 
-def cluster_service_version(objects: list[JSON]) -> JSON:
+def csv_name(version: str) -> str:
+    return f"{PACKAGE}.v{version}"
+
+
+def cluster_service_version(objects: list[JSON], version: str | None = None, replaces: str | None = None) -> JSON:
+    """The CSV of ``csv-base.yaml``'s release, or of ``version`` (which upgrades ``replaces``, when given)."""
     csv = yaml.safe_load(CSV_BASE.read_text())
     spec = csv["spec"]
-    install = install_strategy(objects)
-    image = install["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["image"]
     annotations = csv["metadata"]["annotations"]
+    install = install_strategy(objects)
+    container = install["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"][0]
+    if version is not None:
+        csv["metadata"]["name"] = csv_name(version)
+        spec["version"] = version
+        container["image"] = f"{container['image'].rsplit(':', 1)[0]}:{version}"  # a release runs its own image
+    if replaces is not None:
+        spec["replaces"] = csv_name(replaces)
+        annotations["olm.skipRange"] = f">={replaces} <{spec['version']}"
+    image = container["image"]
     annotations["alm-examples"] = json.dumps([example_kfdef()], indent=2)
     annotations["containerImage"] = image
     spec["icon"] = [{"base64data": base64.b64encode(ICON.read_bytes()).decode(), "mediatype": "image/svg+xml"}]
@@ -151,9 +171,9 @@ def bundle_dockerfile() -> str:
             "FROM scratch\n\n" + labels + "\nCOPY manifests /manifests/\nCOPY metadata /metadata/\n")
 
 
-def generate(output: Path, kustomize: str) -> None:
+def generate(output: Path, kustomize: str, version: str | None = None, replaces: str | None = None) -> None:
     objects = kustomize_build(OLM_KUSTOMIZATION, kustomize)
-    csv = cluster_service_version(objects)
+    csv = cluster_service_version(objects, version, replaces)
     files = {
         f"manifests/{csv['metadata']['name'].split('.v')[0]}.clusterserviceversion.yaml": dump(csv),
         f"manifests/{CRD_FILE.name}": CRD_FILE.read_text(),
@@ -178,9 +198,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="bundle directory (default %(default)s)")
     parser.add_argument("--kustomize", default=shutil.which("kustomize") or "kustomize",
                         help="kustomize binary (default: kustomize on PATH)")
+    parser.add_argument("--version", help="the release to make a bundle of (default: csv-base.yaml's)")
+    parser.add_argument("--replaces", metavar="PREVIOUS",
+                        help="the release this one upgrades (spec.replaces and olm.skipRange); needs --version")
     args = parser.parse_args(argv)
+    if args.replaces and not args.version:
+        parser.error("--replaces needs --version")
     try:
-        generate(args.output, args.kustomize)
+        generate(args.output, args.kustomize, args.version, args.replaces)
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or ""
         print(f"gen-olm-bundle: {error}\n{detail}", file=sys.stderr)

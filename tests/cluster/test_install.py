@@ -12,7 +12,6 @@ them, with the environment the Dockerfile sets.
 
 from __future__ import annotations
 
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,32 +22,14 @@ import yaml
 from kfdef_dev.controlplane import ControlPlane
 from tests.cluster.conftest import KFDEF_API, wait_ready
 from tests.commands import ROOT, kfdef_operator, kubectl
+from tests.image import as_in_the_image, image_layout
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
-from tests.unit.test_dockerfile import DOCKERFILE, parse, stages
 
 pytestmark = pytest.mark.cluster
 
 IMG = "registry.example:5000/team/kfdef-operator:v9"
 SAMPLE = ROOT / "kfdefs" / "demo" / "in-cluster.yaml"
-
-
-def image_layout() -> tuple[str, str, dict[str, str]]:
-    """Where the Dockerfile's final stage copies the demo manifests from and to, and the ENV it sets."""
-    final = stages(parse(DOCKERFILE.read_text()))[-1]
-    (source, destination), = [i.args.split() for i in final
-                               if i.keyword == "COPY" and i.args.startswith("kfdefs/demo/manifests")]
-    env = dict(re.findall(r"(\w+)=(\S+)", " ".join(i.args for i in final if i.keyword == "ENV")))
-    return source, destination, env
-
-
-def as_in_the_image() -> tuple[str, ...]:
-    """A wrapper running the operator where the image's paths exist: /opt is a tmpfs of its own mount namespace."""
-    source, destination, _ = image_layout()
-    top = "/" + destination.split("/")[1]
-    script = (f"mount -t tmpfs tmpfs {top} && mkdir -p {destination} && "
-              f"mount --bind {ROOT / source} {destination} && exec \"$@\"")
-    return ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "as-in-the-image")
 
 
 @pytest.fixture(scope="module")
