@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .figures import HEADLINE_KEYS, JSON, rss_points
 from .markdown_ha import replicas_and_shards
+from .profile_steps import KUSTOMIZE, RENDER_STEP, STATUS_WRITES, WATCHES
 from .tables import fmt, table
 
 
@@ -392,10 +393,11 @@ def _misses(results: JSON) -> list[str]:
                      "the operator reported it as Degraded, as it should).")
     if "noop.s" in missed and noop:
         notes.append(
-            f"- **noop.s**: a restarted operator has no desired state in memory, so the no-op re-renders "
-            f"({fmt(noop['render (kustomize)'])} s), restarts a watch per kind with a list "
-            f"({fmt(noop['start watches (list + sync)'])} s) and writes status ({fmt(noop['status writes'])} s) "
-            f"before it can tell that every digest matches. Its "
+            f"- **noop.s**: a restarted operator has no desired state in memory, so the no-op goes through its "
+            f"render step again ({fmt(noop[RENDER_STEP])} s, of which {fmt(noop[KUSTOMIZE])} s in kustomize: none "
+            f"when the render cache on disk holds this KfDef's render of the same sources), restarts a watch per "
+            f"kind with a list ({fmt(noop[WATCHES])} s) and writes status ({fmt(noop[STATUS_WRITES])} s) before it "
+            f"can tell that every digest matches. Its "
             f"{(profile.get('noop') or {}).get('requests_by_verb', {}).get('GET', 0)} GETs are those lists and an "
             f"Established check of every CRD (unchanged CRDs are polled too); no object is written.")
     if "scale:" in missed:

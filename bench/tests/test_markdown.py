@@ -11,6 +11,7 @@ import pytest
 
 from bench.figures import JSON, ratios, target_rows, teardown_ratios
 from bench.markdown import render_markdown
+from bench.profile_steps import KUSTOMIZE, RENDER_STEP, WATCHES
 from bench.tables import fmt
 
 BENCH = Path(__file__).resolve().parents[1]
@@ -120,3 +121,16 @@ def test_the_status_write_section_gives_both_formats_and_their_ratio(older):
     page = _rendered(measured)
     assert "**12.4 ms of CPU per write with the inventory as strings**" in page
     assert "42.7 ms with an object per entry (its first format; 595 objects, KfDef 52,000 bytes): 3.4 x" in page
+
+
+def test_a_missed_no_op_target_says_where_a_restarted_operator_spends_its_no_op(older: JSON) -> None:
+    """The note on ``noop.s`` reads the profile's steps by the labels ``bench/profile_apply.py`` gives them (a
+    quick run misses the target: its apply is short beside the no-op's fixed costs)."""
+    results = copy.deepcopy(older)
+    results["noop.s"]["value"] = results["apply.operator_s"]["value"]
+    note = _line(_rendered(results), "- **noop.s**")
+    noop = older["profile"]["noop"]
+    assert (f"goes through its render step again ({fmt(noop['steps_s'][RENDER_STEP])} s, of which "
+            f"{fmt(noop['steps_s'][KUSTOMIZE])} s in kustomize" in note)
+    assert f"restarts a watch per kind with a list ({fmt(noop['steps_s'][WATCHES])} s)" in note
+    assert f"Its {noop['requests_by_verb']['GET']} GETs are those lists" in note
