@@ -38,7 +38,7 @@ FULL, QUICK = (5, 5, 100), (2, 2, 10)
 
 
 async def run(bench: Bench, *, quick: bool, scale: float) -> JSON:
-    """Every scenario of this module; results-file entries keyed as in :data:`bench.figures.HA_KEYS`."""
+    """Every scenario of this module; results-file entries keyed as in :data:`bench.results.HA_KEYS`."""
     failovers, handovers, per_shard = QUICK if quick else FULL
     workload, uri = bench.new_workload(scale)
     replicas = ReplicaSet(bench)

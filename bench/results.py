@@ -19,6 +19,9 @@ from typing import Any
 
 from kfdef_operator.api.types import JSON
 
+#: The entries of the replicas and shards scenarios (``bench/ha.py``).
+HA_KEYS = ("ha.failover_s", "ha.takeover_s", "ha.handover_s", "ha.handover_lease_s", "shards.fleet_s",
+           "shards.single_s")
 #: Write requests by client (``operator``, ``kube-controller-manager``, ...) and ``"VERB resource"``.
 WritesByClient = Mapping[str, Mapping[str, int]]
 
@@ -67,6 +70,7 @@ class Workload:
     """The apply and teardown paths measured on one workload: the synthetic one (keys without a prefix) or the real
     release (keys starting ``release.``). ``None``: not measured by the session."""
 
+    objects: int | None                 # objects the operator applied
     operator: Figure | None             # apply.operator_s
     operator_ready: Figure | None       # apply.operator_ready_s
     kubectl: Figure | None              # apply.kubectl_ssa_s
@@ -87,10 +91,9 @@ class Workload:
 
 @dataclass(frozen=True)
 class Kubeflow:
-    """What the real release was (``bench/release.py``): its version, the objects applied, those left out."""
+    """What the real release was (``bench/release.py``): its version, and the objects left out of it."""
 
     version: str
-    objects: int
     left_out: int
 
 
@@ -246,6 +249,13 @@ class TargetRow:
     met: bool | None
     note: str
 
+    def to_json(self) -> JSON:
+        """The row as the results file holds it (a target not measured has no ``measured`` and ``limit``)."""
+        if self.measured is None or self.limit is None:
+            return {"target": self.target, "met": self.met, "note": self.note}
+        return {"target": self.target, "measured": self.measured, "limit": self.limit, "met": self.met,
+                "note": self.note}
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -288,23 +298,21 @@ class Results:
     meta: Meta
     #: Every figure by its key in the results file (``apply.operator_s``, ``heal.p99_ms``, ...).
     figures: Mapping[str, Figure]
+    #: The ratios and the targets ``bench/figures.py`` derives from the figures; empty in a document the report has
+    #: not written yet (``bench/run.py``'s own).
     ratios: Mapping[str, float]
     targets: tuple[TargetRow, ...]
     synthetic: Workload
     release: Workload
     kubeflow: Kubeflow | None
-    noop: Noop | None
-    idle: Idle | None
-    heal: Heal | None
+    noop: Noop
+    idle: Idle
+    heal: Heal
     many: Many | None
     sweep: tuple[SweepPoint, ...]                   # smallest first
     sweep_failures: tuple[SweepFailure, ...]
     replicas: Replicas | None
     profile: Profile | None
-
-    def figure(self, key: str) -> Figure | None:
-        """The figure stored under ``key``, or ``None`` if the session has none."""
-        return self.figures.get(key)
 
 
 def load(path: Path) -> Results:
@@ -326,8 +334,8 @@ def parse(data: Any) -> Results:
     return Results(
         meta=_meta(doc.child("meta")),
         figures=figures,
-        ratios={name: _number(value, f"ratios.{name}") for name, value in doc.mapping("ratios").items()},
-        targets=tuple(_target(row) for row in doc.children("targets")),
+        ratios={name: _number(value, f"ratios.{name}") for name, value in doc.optional_mapping("ratios").items()},
+        targets=tuple(_target(row) for row in doc.children("targets", optional=True)),
         synthetic=_workload(doc, figures, ""),
         release=_workload(doc, figures, "release."),
         kubeflow=_kubeflow(doc),
@@ -353,8 +361,7 @@ def _figure(entry: JSON, key: str) -> Figure:
     median = doc.number("median")
     return Figure(value=doc.number("value") if "value" in entry else median, median=median, min=doc.number("min"),
                   max=doc.number("max"), n=doc.integer("n"), unit=doc.text("unit"),
-                  samples=tuple(_number(s, f"{key}.samples")
-                                for s in _list(entry.get("samples") or [], f"{key}.samples")),
+                  samples=tuple(_number(s, f"{key}.samples") for s in doc.optional_array("samples")),
                   session=doc.optional_text("session"), note=doc.optional_text("note"))
 
 
@@ -389,11 +396,13 @@ def _workload(doc: _Doc, figures: Mapping[str, Figure], prefix: str) -> Workload
     def figure(key: str) -> Figure | None:
         return figures.get(prefix + key)
 
+    operator = doc.optional_child(f"{prefix}apply.operator_s")
     steps = doc.optional_child(f"{prefix}apply.steps")
     cpu = doc.optional_child(f"{prefix}cpu")
     teardown = doc.optional_child(f"{prefix}teardown.s")
     floor = doc.optional_child(f"{prefix}apply.floor_s")
     return Workload(
+        objects=operator.optional_integer("objects") if operator else None,
         operator=figure("apply.operator_s"), operator_ready=figure("apply.operator_ready_s"),
         kubectl=figure("apply.kubectl_ssa_s"), floor=figure("apply.floor_s"),
         render_floor=figure("apply.render_floor_s"), apply_phase=figure("apply.apply_phase_s"),
@@ -409,7 +418,7 @@ def _waves(teardown: _Doc) -> tuple[tuple[Wave, ...], ...]:
     where = f"{teardown.where}waves"
     return tuple(tuple(_wave(_Doc(_mapping(wave, f"{where}[{run}][{index}]"), f"{where}[{run}][{index}]."))
                        for index, wave in enumerate(_list(waves or [], f"{where}[{run}]")))
-                 for run, waves in enumerate(_list(teardown.data.get("waves") or [], where)))
+                 for run, waves in enumerate(teardown.optional_array("waves")))
 
 
 def _cpu(doc: _Doc) -> CpuUse:
@@ -426,8 +435,7 @@ def _kubeflow(doc: _Doc) -> Kubeflow | None:
     operator = doc.optional_child("release.apply.operator_s")
     if operator is None:
         return None
-    return Kubeflow(version=operator.text("release"), objects=operator.integer("objects"),
-                    left_out=operator.integer("left_out"))
+    return Kubeflow(version=operator.text("release"), left_out=operator.integer("left_out"))
 
 
 def _counts(value: Any, where: str) -> Mapping[str, int]:
@@ -438,10 +446,8 @@ def _by_client(value: Any, where: str) -> WritesByClient:
     return {client: _counts(requests, f"{where}.{client}") for client, requests in _mapping(value, where).items()}
 
 
-def _noop(doc: _Doc) -> Noop | None:
-    writes = doc.optional_child("noop.writes")
-    if writes is None:
-        return None
+def _noop(doc: _Doc) -> Noop:
+    writes = doc.child("noop.writes")
     return Noop(operator_client=[_integer(n, f"{writes.where}operator_client")
                                  for n in writes.optional_array("operator_client")],
                 by_request=[_counts(c, f"{writes.where}by_request") for c in writes.optional_array("by_request")],
@@ -450,29 +456,27 @@ def _noop(doc: _Doc) -> Noop | None:
                                      for c in writes.optional_array("server_stack_writes")])
 
 
-def _idle(doc: _Doc) -> Idle | None:
-    requests = doc.optional_child("idle.requests_per_min")
-    if requests is None:
-        return None
+def _idle(doc: _Doc) -> Idle:
+    requests = doc.child("idle.requests_per_min")
     writes = doc.optional_child("idle.writes") or _Doc({}, "idle.writes.")
     watches = doc.optional_child("idle.watches")
     return Idle(window_s=requests.number("window_s"),
-                requests_by_verb=_counts(requests.data.get("by_verb") or {}, f"{requests.where}by_verb"),
+                requests_by_verb=_counts(requests.optional_mapping("by_verb"), f"{requests.where}by_verb"),
                 server_reads_per_min_all_clients=requests.number("server_reads_per_min_all_clients"),
-                writes_by_request=_counts(writes.data.get("by_request") or {}, f"{writes.where}by_request"),
-                writes_others=_by_client(writes.data.get("others") or {}, f"{writes.where}others"),
+                writes_by_request=_counts(writes.optional_mapping("by_request"), f"{writes.where}by_request"),
+                writes_others=_by_client(writes.optional_mapping("others"), f"{writes.where}others"),
                 watches=watches.integer("value") if watches else None,
-                watches_by_resource=_counts(watches.data.get("by_resource") or {}, f"{watches.where}by_resource")
+                watches_by_resource=_counts(watches.optional_mapping("by_resource"), f"{watches.where}by_resource")
                 if watches else {})
 
 
-def _heal(doc: _Doc, figures: Mapping[str, Figure]) -> Heal | None:
+def _heal(doc: _Doc, figures: Mapping[str, Figure]) -> Heal:
+    p50, p99 = doc.child("heal.p50_ms"), doc.child("heal.p99_ms")
     if "heal.p50_ms" not in figures or "heal.p99_ms" not in figures:
-        return None
-    p99 = doc.child("heal.p99_ms")
+        raise ResultsError("heal.p50_ms, heal.p99_ms: summaries expected (median, min, max, n, unit)")
     return Heal(p50=figures["heal.p50_ms"], p99=figures["heal.p99_ms"], floor_p50=figures.get("heal.floor_p50_ms"),
-                floor_p99=figures.get("heal.floor_p99_ms"), resolution=doc.child("heal.p50_ms").text("resolution"),
-                writes_by_client=_by_client(p99.data.get("writes_by_client") or {}, f"{p99.where}writes_by_client"))
+                floor_p99=figures.get("heal.floor_p99_ms"), resolution=p50.text("resolution"),
+                writes_by_client=_by_client(p99.optional_mapping("writes_by_client"), f"{p99.where}writes_by_client"))
 
 
 def _many(doc: _Doc, figures: Mapping[str, Figure]) -> Many | None:
@@ -498,9 +502,7 @@ def _fleet_cpu(doc: _Doc) -> FleetCpu:
 
 
 def _replicas(doc: _Doc, figures: Mapping[str, Figure]) -> Replicas | None:
-    keys = ("ha.failover_s", "ha.takeover_s", "ha.handover_s", "ha.handover_lease_s", "shards.fleet_s",
-            "shards.single_s")
-    if not all(key in figures for key in keys):
+    if not all(key in figures for key in HA_KEYS):
         return None
     failover, sharded, single = doc.child("ha.failover_s"), doc.child("shards.fleet_s"), doc.child("shards.single_s")
     meta = doc.optional_child("ha.meta") or _Doc({}, "ha.meta.")
@@ -511,8 +513,8 @@ def _replicas(doc: _Doc, figures: Mapping[str, Figure]) -> Replicas | None:
         sharded=ShardedFleet(
             figure=figures["shards.fleet_s"], kfdefs=sharded.integer("kfdefs"), objects=sharded.integer("objects"),
             removed_s=sharded.number("removed_s"), cpu=_fleet_cpu(sharded.child("cpu")),
-            kfdefs_per_shard=_counts(sharded.data.get("kfdefs_per_shard"), f"{sharded.where}kfdefs_per_shard"),
-            writes_per_shard=_counts(sharded.data.get("writes_per_shard"), f"{sharded.where}writes_per_shard"),
+            kfdefs_per_shard=_counts(sharded.mapping("kfdefs_per_shard"), f"{sharded.where}kfdefs_per_shard"),
+            writes_per_shard=_counts(sharded.mapping("writes_per_shard"), f"{sharded.where}writes_per_shard"),
             served_by_its_shard=sharded.integer("served_by_its_shard"),
             served_by_several=sharded.integer("served_by_several"), step_downs=sharded.optional_integer("step_downs"),
             lease_renewal_gap_max_s=sharded.optional_number("lease_renewal_gap_max_s")),
@@ -533,7 +535,7 @@ def _profile(doc: _Doc) -> Profile | None:
 
 def _profile_run(doc: _Doc) -> ProfileRun:
     return ProfileRun(reconcile_wall_s=doc.number("reconcile_wall_s"),
-                      requests_by_verb=_counts(doc.data.get("requests_by_verb"), f"{doc.where}requests_by_verb"),
+                      requests_by_verb=_counts(doc.mapping("requests_by_verb"), f"{doc.where}requests_by_verb"),
                       steps_s=doc.numbers_by_name("steps_s"), stage_s=doc.numbers("stage_s"),
                       pyinstrument_text=doc.text("pyinstrument_text"))
 
@@ -603,7 +605,13 @@ class _Doc:
 
     def optional_array(self, key: str) -> list[Any]:
         """The list under ``key``; empty when absent or null (results that predate it)."""
-        return _list(self.data.get(key) or [], self.where + key)
+        value = self.data.get(key)
+        return [] if value is None else _list(value, self.where + key)
+
+    def optional_mapping(self, key: str) -> JSON:
+        """The object under ``key``; empty when absent or null."""
+        value = self.data.get(key)
+        return {} if value is None else _mapping(value, self.where + key)
 
     def number(self, key: str) -> float:
         return _number(self._required(key), self.where + key)

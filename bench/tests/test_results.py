@@ -31,7 +31,7 @@ def test_the_stored_session_loads_whole(stored: JSON) -> None:
     assert results.release.steps == stored["release.apply.steps"]["median"]
     assert set(results.synthetic.cpu) == {"apply.operator", "apply.floor", "teardown.operator", "teardown.floor"}
     assert [len(run) for run in results.synthetic.teardown_waves] == [len(run) for run in stored["teardown.s"]["waves"]]
-    assert results.heal is not None and results.heal.floor_p99 is results.figures["heal.floor_p99_ms"]
+    assert results.heal.floor_p99 is results.figures["heal.floor_p99_ms"]
     assert results.replicas is not None and results.replicas.sharded.kfdefs == stored["shards.fleet_s"]["kfdefs"]
     assert results.profile is not None and results.profile.noop.steps_s == stored["profile"]["noop"]["steps_s"]
     assert [row.met for row in results.targets] == [row["met"] for row in stored["targets"]]
@@ -48,7 +48,7 @@ def test_the_session_before_loads(stored: JSON) -> None:
 def test_numbers_keep_their_json_type(stored: JSON) -> None:
     """The report prints some values as the file holds them (``3`` is not ``3.0``)."""
     results = parse(stored)
-    assert type(results.figures["noop.writes"].max) is int and results.noop is not None
+    assert type(results.figures["noop.writes"].max) is int
     assert results.noop.operator_client == stored["noop.writes"]["operator_client"]
 
 
@@ -63,7 +63,7 @@ def test_parts_a_session_did_not_run_are_none(stored: JSON) -> None:
     data.update(profile=None, **{"scale.kfdefs_s": {}})
     results = parse(data)
     assert (results.replicas, results.profile, results.kubeflow, results.many) == (None, None, None, None)
-    assert results.heal is not None and (results.heal.floor_p50, results.heal.floor_p99) == (None, None)
+    assert (results.heal.floor_p50, results.heal.floor_p99) == (None, None)
     assert results.release.operator is None and results.release.steps == {} and results.release.cpu == {}
     assert results.synthetic.operator is not None
 
@@ -74,8 +74,8 @@ def test_older_sessions_lack_the_write_details(stored: JSON) -> None:
     for key in ("others", "server_stack_writes"):
         del data["noop.writes"][key]
     results = parse(data)
-    assert results.noop is not None and results.noop.others == [] and results.sweep_failures == ()
-    assert results.idle is not None and results.idle.writes_others == {}
+    assert results.noop.others == [] and results.sweep_failures == ()
+    assert results.idle.writes_others == {}
 
 
 @pytest.mark.parametrize(("change", "message"), [
