@@ -34,6 +34,7 @@ import yaml
 
 from kfdef_dev.controlplane import find_bin_dir
 from kfdef_operator.api.kfdef import Repo, parse_kfdef
+from kfdef_operator.api.types import JSON
 from kfdef_operator.build import render as operator_render
 from kfdef_operator.build.confinement import LOAD_RESTRICTIONS_NONE, LOAD_RESTRICTIONS_ROOT_ONLY
 from kfdef_operator.build.isolated import IsolatedRender
@@ -47,7 +48,6 @@ from kfdef_operator.ssa.health import CRD_CLEANUP_FAILED, assess
 from .context import Bench
 from .workload import Workload
 
-JSON = dict[str, Any]
 FLOOR_CONCURRENCY = 48
 FLOOR_FIELD_MANAGER = "bench-floor"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

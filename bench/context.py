@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kfdef_dev.controlplane import ControlPlane
 from kfdef_dev.process import LocalSourcesOperator
+from kfdef_operator.api.types import JSON
 from kfdef_operator.runtime.ownership import INSTANCE_LABEL, Owner
 from kfdef_operator.ssa.client import KubeClient
 
@@ -24,7 +24,6 @@ from .cluster import KFDEF_NAMESPACE, audit_offset, process_cpu_s, stack_writes_
 from .streams import Arrival, EventStream
 from .workload import RUN_LABEL, Workload, generate, write_tarball
 
-JSON = dict[str, Any]
 KFDEFS_PATH = f"/apis/kfdef.apps.kubeflow.org/v1/namespaces/{KFDEF_NAMESPACE}/kfdefs"
 
 # Collections of the built-in kinds a workload holds, by API path prefix.

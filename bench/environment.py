@@ -9,7 +9,9 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kfdef_operator.api.types import JSON
 
 from .cluster import APISERVER_FLAGS, CONTROLLER_MANAGER_FLAGS
 from .plan import Plan
@@ -41,7 +43,7 @@ def _first_line(*command: str) -> str:
     return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr) else ""
 
 
-async def describe(bench: Bench, workload: Workload, plan: Plan) -> dict[str, Any]:
+async def describe(bench: Bench, workload: Workload, plan: Plan) -> JSON:
     version = await bench.kube.request("GET", "/version")
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

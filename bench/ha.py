@@ -16,12 +16,13 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 if __package__ in (None, ""):  # run as ``python bench/ha.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "bench"  # noqa: A001
 
+
+from kfdef_operator.api.types import JSON  # noqa: E402
 
 from . import fleet, operator_runs, report  # noqa: E402
 from .context import Bench  # noqa: E402
@@ -31,14 +32,13 @@ from .stats import summary  # noqa: E402
 
 log = logging.getLogger("bench.ha")
 ROOT = Path(__file__).resolve().parents[1]
-JSON = dict[str, Any]
 
 #: (failover trials, handover trials, KfDefs per shard) for the full and the quick run.
 FULL, QUICK = (5, 5, 100), (2, 2, 10)
 
 
 async def run(bench: Bench, *, quick: bool, scale: float) -> JSON:
-    """Every scenario of this module; results-file entries keyed as in :data:`bench.figures.HA_KEYS`."""
+    """Every scenario of this module; results-file entries keyed as in :data:`bench.results.HA_KEYS`."""
     failovers, handovers, per_shard = QUICK if quick else FULL
     workload, uri = bench.new_workload(scale)
     replicas = ReplicaSet(bench)

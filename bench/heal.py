@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from kfdef_operator.api.types import JSON
 from kfdef_operator.controller.refresher import COALESCE_S
 
 from .context import Bench, is_ready, run_selector
@@ -38,7 +39,6 @@ from .operator_runs import Deployed
 from .stats import percentile, summary
 from .streams import Arrival, EventStream
 
-JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 POLL_S = 0.005
 #: The label of the heal floor's copies (also in their selectors and pod templates); its value is the run's suffix.
@@ -196,7 +196,7 @@ async def deployments(bench: Bench, deployed: Deployed, trials: int, *,
     return samples
 
 
-def figures(samples: dict[str, list[float]], **p99_extra: Any) -> dict[str, Any]:
+def figures(samples: dict[str, list[float]], **p99_extra: Any) -> JSON:
     """The results-file entries of :func:`deployments`' samples: p50 and p99 of the operator's heals and of the
     floor's; ``p99_extra`` goes into the operator's p99 entry."""
     entries = {}

@@ -33,6 +33,7 @@ from kfdef_operator.ssa.staged import StagedApply
 
 from . import release
 from .context import KFDEFS_PATH, Bench, all_applied
+from .profile_steps import STAGES, STEP_LABELS
 
 Timings = dict[str, list[float]]
 
@@ -57,13 +58,6 @@ def _timed(owner: Any, attribute: str, label: str, timings: Timings) -> None:
             finally:
                 timings[label].append(time.monotonic() - started)
     setattr(owner, attribute, wrapper)
-
-
-STEP_LABELS = ("fetch sources", "render step (render, its cache entry)", "  of which: render (kustomize)",
-               "desired state (upgrade, settle)", "  of which: API-version upgrade check",
-               "start watches (list + sync)", "apply stages (sum)", "  of which: live-metadata lists",
-               "custom resources, each after its CRD's Established wait",
-               "status writes", "events")
 
 
 def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[], None]:
@@ -139,7 +133,7 @@ async def _reconcile_once(bench: Bench, kfdef_path: str, output: Path) -> dict:
         await kube.close()
     return {"reconcile_wall_s": wall, "requests_by_verb": requests,
             "steps_s": {label: round(sum(timings.get(label, [])), 3) for label in STEP_LABELS},
-            "stage_s": [round(d, 3) for d in timings.get("apply stages (sum)", [])],
+            "stage_s": [round(d, 3) for d in timings.get(STAGES, [])],
             "pyinstrument_text": output.name}
 
 

@@ -27,12 +27,12 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from kfdef_dev.releases import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
 from kfdef_dev.unservable import write_wrappers
+from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.aggregation import deletion_levels
 from kfdef_operator.ssa.client import KubeApiError
 
@@ -42,7 +42,6 @@ from .context import APPLY_PHASE_NOTE, KFDEFS_PATH, Bench, all_applied, cpu_used
 from .stats import cpu_summary, steps_summary, summary
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 VERSION = "v1.11.0"
 VOLUMES = 4  # the release claims three volumes
 

@@ -12,11 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa.client import KubeClient
 
-JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 
 

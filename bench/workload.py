@@ -32,11 +32,10 @@ import tarfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-JSON = dict[str, Any]
+from kfdef_operator.api.types import JSON
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 RUN_LABEL = "bench.kubeflow.org/run"

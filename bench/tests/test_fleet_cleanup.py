@@ -11,8 +11,7 @@ from typing import Any, cast
 from bench import fleet
 from bench.context import KFDEFS_PATH, Bench
 from bench.streams import Arrival
-
-JSON = dict[str, Any]
+from kfdef_operator.api.types import JSON
 
 
 class FakeKfdefs:

@@ -21,9 +21,9 @@ from bench import heal
 from bench.context import Bench
 from bench.operator_runs import Deployed
 from bench.streams import EventStream
+from kfdef_operator.api.types import JSON
 from kfdef_operator.controller.refresher import COALESCE_S
 
-JSON = dict[str, Any]
 PATH = "/apis/apps/v1/namespaces/ns-1/deployments/api"
 
 
