@@ -18,10 +18,12 @@ Three modes, chosen per KfDef / application (reference sections 5 and 6):
 Builds read only the tree the KfDef names (docs/security.md, "Builds"): the package copy in legacy mode, the
 repository in plain mode (built in place) and stacks mode (its copy; kfctl's stacks reference files outside the
 package), plus the generated wrappers. Copies keep symlinks, and one resolving outside the copy fails the render.
-Before kustomize runs, ``confinement.walk`` checks every reference the build would follow and refuses remote ones
-unless remote bases are allowed. kustomize then gets the load restrictor ``LoadRestrictionsRootOnly`` where that
-suffices (always for a plain entry point, as ``kustomize build`` does) and ``LoadRestrictionsNone`` (which kfctl >=
-1.1 always used) only where the walk proved the whole tree inside. The operator's own reads and writes in the
+The render helper refuses every file outside those trees where kustomize reads it; before it runs,
+``confinement.walk`` reads the kustomizations the build would follow, refuses remote references unless remote bases
+are allowed, and records every reference, so that a path the helper refuses is named by its kustomization and field.
+kustomize gets the load restrictor ``LoadRestrictionsRootOnly`` where that suffices (always for a plain entry point,
+as ``kustomize build`` does) and ``LoadRestrictionsNone`` (which kfctl >= 1.1 always used) only where a reference
+needs another directory of the tree. The operator's own reads and writes in the
 copies stay inside them too: ``configurations:`` entries outside are left alone, json6902 patch paths outside fail
 the render, and aggregated patch files get a safe file name.
 
@@ -409,11 +411,8 @@ def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *
     def one(app: Application) -> RenderedApplication:
         started = time.monotonic()
         mode, build_dir, tree, warnings = _prepare(kfdef, app, sources, workdir)
-        roots = _roots(app, mode, build_dir, tree)
-        restrictor = _confine(app, mode, build_dir, roots, allow_remote_bases)
-        output = kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
-                                 load_restrictor=restrictor, allow_remote=allow_remote_bases,
-                                 kustomize_v3=mode != "plain", timeout=timeout, application=app.name)
+        output = _build(app, mode, build_dir, _roots(app, mode, build_dir, tree), workdir, helper=helper,
+                        allow_remote_bases=allow_remote_bases, timeout=timeout)
         result = RenderedApplication(app.name, mode, output.objects, time.monotonic() - started,
                                      (*warnings, *output.notes), output.confinement)
         if progress:
@@ -457,17 +456,32 @@ def _roots(app: Application, mode: Mode, build_dir: Path, tree: Path) -> dict[Pa
 
 
 def _confine(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path, str],
-             allow_remote_bases: bool) -> str:
-    """The load restrictor for building ``build_dir``, once ``confinement.walk`` found every reference inside
-    ``roots``; raises ``RenderError`` listing what it refused. The walk is the friendly early error (it names the
-    field); the boundary is the render helper, which enforces the same roots where kustomize reads. A plain entry
-    point always gets kustomize's default, ``LoadRestrictionsRootOnly``."""
+             allow_remote_bases: bool) -> tuple[str, confinement.Walk]:
+    """The load restrictor for building ``build_dir``, and the walk of its kustomizations (``confinement.walk``);
+    raises ``RenderError`` listing what the walk refused. A plain entry point always gets kustomize's default,
+    ``LoadRestrictionsRootOnly``."""
     found = confinement.walk(build_dir, roots, allow_remote=allow_remote_bases)
     if found.violations:
         shown = "; ".join(str(v) for v in found.violations[:5])
         more = f" (and {len(found.violations) - 5} more)" if len(found.violations) > 5 else ""
         raise RenderError(app.name, f"refused to build: {shown}{more}")
-    return confinement.LOAD_RESTRICTIONS_ROOT_ONLY if mode == "plain" else found.load_restrictor
+    return confinement.LOAD_RESTRICTIONS_ROOT_ONLY if mode == "plain" else found.load_restrictor, found
+
+
+def _build(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path, str], workdir: Path, *,
+           helper: kustomize.RenderHelper, allow_remote_bases: bool, timeout: float) -> kustomize.BuildOutput:
+    """Build ``build_dir`` with the render helper, reading nothing outside ``roots``. A path the helper refused is
+    named by the kustomization and field that lead there, when the walk found them."""
+    restrictor, found = _confine(app, mode, build_dir, roots, allow_remote_bases)
+    try:
+        return kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
+                               load_restrictor=restrictor, allow_remote=allow_remote_bases,
+                               kustomize_v3=mode != "plain", timeout=timeout, application=app.name)
+    except kustomize.KustomizeError as error:
+        named = found.explain(error.refusal.path) if error.refusal else None
+        if named is None:
+            raise
+        raise RenderError(app.name, f"refused to build: {named}") from error
 
 
 def _prepare(kfdef: KfDef, app: Application, sources: Mapping[str, ResolvedSource],
