@@ -308,8 +308,11 @@ def _environment(home: Path) -> dict[str, str]:
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-# Renders fork from a server that has imported this module; it exits a minute after the last render.
-_FORK_SERVER = ForkServer(_environment(Path("/nonexistent")))
+RENDER_ENTRY = f"{__name__}:main"
+"""What each render process runs (:func:`main`): the fork server imports this module once, before its first fork."""
+
+# Renders fork from that server; it exits a minute after the last render.
+_FORK_SERVER = ForkServer(_environment(Path("/nonexistent")), RENDER_ENTRY)
 
 
 # --- the child ---------------------------------------------------------------------------------------------------
