@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from kfdef_operator.build import safe_yaml
+from kfdef_operator.build import beneath, safe_yaml
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 LOAD_RESTRICTIONS_NONE = "LoadRestrictionsNone"
@@ -126,14 +126,6 @@ def path_segment(value: str) -> str:
     return value
 
 
-def resolve_reference(base: Path, reference: str) -> set[Path]:
-    """Where ``reference``, written in a kustomization in ``base``, can lead: kustomize cleans the joined path
-    lexically before the OS follows symlinks, while ``..`` after a symlink means the link target's parent to the
-    OS. Both readings are returned (usually one path)."""
-    joined = os.path.join(base, reference)
-    return {Path(os.path.realpath(joined)), Path(os.path.realpath(os.path.normpath(joined)))}
-
-
 def escaping_symlinks(root: Path) -> Iterator[tuple[Path, str]]:
     """Symlinks below ``root`` that resolve outside it, as (link, its target as written); directory links are
     not descended into."""
@@ -157,6 +149,7 @@ def walk(entry: Path, roots: Mapping[Path, str], *, allow_remote: bool = False) 
 class _Walker:
     def __init__(self, roots: Mapping[Path, str], allow_remote: bool) -> None:
         self.roots = {Path(os.path.realpath(root)): label for root, label in roots.items()}
+        self.opener = beneath.opener(list(self.roots))  # the walk's own reads: the kernel keeps them in the roots
         self.allow_remote = allow_remote
         self.result = Walk()
         self.seen: set[Path] = set()
@@ -199,11 +192,13 @@ class _Walker:
 
     def _kustomization(self, directory: Path) -> None:
         path = next((directory / name for name in KUSTOMIZATION_FILES if (directory / name).is_file()), None)
-        if path is None or self._within_roots(path) is None:
-            return  # a directory without a kustomization (kustomize reports it), or one the helper refuses
+        if path is None:
+            return  # a directory without a kustomization: kustomize reports it
         name = self._name(path)
         try:
-            kustomization = safe_yaml.read_file(path)
+            kustomization = safe_yaml.read_file(path, opener=self.opener)
+        except beneath.Outside:
+            return  # the helper refuses it where kustomize reads it
         except (OSError, yaml.YAMLError) as error:
             self._add(name, "", "", f"cannot be checked: {_one_line(error)}")
             return
@@ -287,7 +282,9 @@ class _Walker:
             return
         self._check_file(name, directory, field_name, entry, target)
         try:
-            documents = safe_yaml.read_file(target, all_documents=True)
+            documents = safe_yaml.read_file(target, all_documents=True, opener=self.opener)
+        except beneath.Outside:
+            return  # the helper refuses it where kustomize reads it
         except (OSError, yaml.YAMLError) as error:
             self._add(name, field_name, entry, f"cannot be checked: {_one_line(error)}")
             return

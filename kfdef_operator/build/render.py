@@ -80,7 +80,7 @@ from typing import Any, Literal
 import yaml
 
 from kfdef_operator.api.kfdef import Application, KfDef, Parameter, project_of
-from kfdef_operator.build import confinement, kustomize, safe_yaml, v3_namespace
+from kfdef_operator.build import beneath, confinement, kustomize, safe_yaml, v3_namespace
 from kfdef_operator.build.confinement import KUSTOMIZATION_FILES
 from kfdef_operator.source.resolved import ResolvedSource
 
@@ -540,15 +540,14 @@ def _stacks_copy(source: ResolvedSource, workdir: Path, paths: Sequence[str]) ->
     return dataclasses.replace(source, local_path=target)
 
 
-def _copy_failure(error: shutil.Error, source: Path, application: str, shown_as: str,
-                  subject: str | None) -> RenderError:
-    """The first file a copy could not write, named as people know it; a file over the render's file-size limit
+def _copy_failure(error: OSError, source: Path, application: str, shown_as: str, subject: str | None) -> RenderError:
+    """The file a copy could not read or write, named as people know it; a file over the render's file-size limit
     (RLIMIT_FSIZE) keeps that cause, so the limit is reported."""
-    path, _, why = error.args[0][0] if error.args and error.args[0] else (str(source), "", str(error))
-    name = Path(path).relative_to(source).as_posix() if Path(path).is_relative_to(source) else Path(path).name
-    too_large = f"[Errno {errno.EFBIG}]" in why
+    path = Path(error.filename or source)
+    name = path.relative_to(source).as_posix() if path.is_relative_to(source) else path.name
+    too_large = error.errno == errno.EFBIG
     failure = RenderError(application, f"cannot copy {shown_as}{name}: "
-                                       f"{'file too large' if too_large else why.split(': ')[0]}", subject=subject)
+                                       f"{'file too large' if too_large else error.strerror}", subject=subject)
     failure.__cause__ = OSError(errno.EFBIG, "File too large") if too_large else None
     return failure
 
@@ -558,22 +557,23 @@ MAX_COPIED_ENTRIES = 100_000
 
 
 def _copy_tree(source: Path, target: Path, application: str, shown_as: str, *, subject: str | None = None) -> None:
-    """Copy ``source`` to ``target`` keeping symlinks. Fails, leaving no copy behind, when the tree holds more than
-    :data:`MAX_COPIED_ENTRIES` entries or a symlink resolves outside the copy."""
+    """Copy ``source`` to ``target`` keeping symlinks (``beneath.copy_tree``: nothing swapped for a symlink during
+    the copy takes it outside ``source``). Fails, leaving no copy behind, when the tree holds more than
+    :data:`MAX_COPIED_ENTRIES` entries, something other than files, directories and symlinks, or a symlink resolving
+    outside the copy."""
     copied = 0
 
-    def count(_directory: str, names: list[str]) -> list[str]:
+    def count(names: list[str]) -> None:
         nonlocal copied
         copied += len(names)
         if copied > MAX_COPIED_ENTRIES:
             raise RenderError(application, f"{shown_as} holds more than {MAX_COPIED_ENTRIES} files and directories",
                               subject=subject)
-        return []
 
     try:
         try:
-            shutil.copytree(source, target, symlinks=True, ignore=count)
-        except shutil.Error as error:  # copytree gathers per-file failures as text
+            beneath.copy_tree(source, target, count)
+        except OSError as error:
             raise _copy_failure(error, source, application, shown_as, subject)  # noqa: B904 (cause set there)
         escaping = [f"{shown_as}{link.relative_to(target).as_posix()} -> {link_target}"
                     for link, link_target in confinement.escaping_symlinks(target)]
@@ -626,11 +626,14 @@ def _write_legacy_kustomization(kfdef: KfDef, app: Application, app_dir: Path, b
     for aggregated, parts in merged.json6902_files.items():
         contents = []
         for part in parts:
-            if not _inside_copy(app_dir, part):
+            try:
+                with open(app_dir / part, "rb", opener=beneath.opener([app_dir])) as patch:
+                    contents.append(patch.read())
+            except beneath.Outside:
                 raise RenderError(app.name, f"patchesJson6902 path {part!r} leads outside {config.repo_ref.path}; "
-                                            "a patch must be a file of the package")
-            if (app_dir / part).is_file():
-                contents.append((app_dir / part).read_bytes())
+                                            "a patch must be a file of the package") from None
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                pass  # kfctl skipped a patch file that is not there
         _detach(app_dir / aggregated)
         with open(app_dir / aggregated, "ab") as out:  # kfctl appended, so a file already there is kept
             out.writelines(contents)
@@ -654,9 +657,7 @@ def _make_copy_v5_compatible(root: Path, application: str, entry_points: Sequenc
     for directory in directories:
         path, kustomization = tree.kustomization(directory)  # type: ignore[misc]  # listed: it has one
         for config_name in kustomization.get("configurations") or ():
-            # Entries leaving the copy are not touched here; the build's confinement check refuses them.
-            if isinstance(config_name, str) and _inside_copy(directory, config_name, root) \
-                    and (directory / config_name).is_file():
+            if isinstance(config_name, str):
                 warnings.extend(_sanitize_configuration(directory / config_name, root))
         if directory in rewrite:
             converted, transformer = namespace_as_transformer(kustomization)
@@ -666,9 +667,11 @@ def _make_copy_v5_compatible(root: Path, application: str, entry_points: Sequenc
 
 
 def _sanitize_configuration(path: Path, app_dir: Path) -> list[str]:
+    """Drop the numeric field specs of the ``configurations:`` file at ``path`` in the copy ``app_dir``. A file
+    outside the copy is never read or written (the render helper refuses it where kustomize reads it)."""
     try:
-        config = safe_yaml.read_file(path)
-    except yaml.YAMLError:
+        config = safe_yaml.read_file(path, opener=beneath.opener([app_dir]))
+    except (beneath.Outside, FileNotFoundError, IsADirectoryError, NotADirectoryError, yaml.YAMLError):
         return []  # kustomize reports it when a build uses it
     if not isinstance(config, Mapping):
         return []
@@ -722,10 +725,3 @@ def _detach(path: Path) -> None:
         content = path.read_bytes() if path.exists() else b""
         path.unlink()
         path.write_bytes(content)
-
-
-def _inside_copy(directory: Path, reference: str, copy_root: Path | None = None) -> bool:
-    """Whether ``reference``, written in ``directory``, stays inside ``copy_root`` (default ``directory``) under
-    every reading (``confinement.resolve_reference``)."""
-    root = Path(os.path.realpath(copy_root or directory))
-    return all(confinement.inside(target, root) for target in confinement.resolve_reference(directory, reference))

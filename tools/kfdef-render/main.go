@@ -1,6 +1,7 @@
 // kfdef-render builds one kustomization with kustomize's own Go API (krusty) inside a boundary that kustomize
 // itself cannot cross: every file it reads goes through a filesystem confined to the trees named with --root
-// (internal/confinedfs), every network dial is refused unless --allow-remote is given, and with no PATH no git or
+// (internal/confinedfs: each file opened beneath its tree's descriptor, so the kernel refuses it if the tree changed
+// since the check), every network dial is refused unless --allow-remote is given, and with no PATH no git or
 // other program can be started. Where the kernel offers Landlock, the process also loses the right to read
 // anything else and to open TCP connections. Checks made by another program beforehand can disagree with how
 // kustomize decodes a file (keys matched case-insensitively, duplicate keys, YAML tags); here the reader is
@@ -192,6 +193,9 @@ func confine(flags buildFlags) (*session, error) {
 		s.confinement += "; landlock not requested"
 	} else {
 		s.confinement += "; " + restrictWithLandlock(fs.Roots(), flags.allowRemote)
+	}
+	if !fs.KernelEnforced() {
+		s.confinement += "; no openat2: each file is opened after a check of its path, not beneath its tree"
 	}
 	return s, nil
 }

@@ -2,16 +2,20 @@
 // roots), writes only in an allowed temporary directory (where remote bases are cloned, when they are allowed),
 // and refuses everything else with a *ConstraintError. A path is inside only if every way of reading it stays
 // inside: kustomize's (cleaned lexically, then symlinks followed) and the operating system's (".." after a symlink
-// means the link target's parent).
+// means the link target's parent). A file that passed that check is then opened beneath its root's descriptor
+// (beneath.go), so that a tree changed between the check and the open is refused by the kernel, not read.
 package confinedfs
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -22,6 +26,8 @@ const maxRecorded = 16
 type FS struct {
 	disk     filesys.FileSystem
 	roots    []string // real paths, symlinks resolved
+	rootFDs  []root   // the same, opened: files are opened beneath them
+	enforced bool     // the kernel resolves opens beneath the roots (openat2)
 	writable []string
 	// OnRead, when set, gets every file ReadFile read and returns what kustomize is handed instead.
 	OnRead func(path string, data []byte) []byte
@@ -33,30 +39,45 @@ type FS struct {
 // New confines reads to roots, each an existing directory (symlinks in their paths resolved once, here).
 func New(roots []string) (*FS, error) {
 	fs := &FS{disk: filesys.MakeFsOnDisk()}
-	for _, root := range roots {
-		resolved, err := filepath.EvalSymlinks(Absolute(root))
-		if err != nil {
-			return nil, fmt.Errorf("root %s: %w", root, err)
+	for _, dir := range roots {
+		if err := fs.addRoot(dir); err != nil {
+			return nil, err
 		}
-		if info, err := os.Stat(resolved); err != nil || !info.IsDir() {
-			return nil, fmt.Errorf("root %s is not a directory", root)
-		}
-		fs.roots = append(fs.roots, resolved)
 	}
+	fs.enforced = len(fs.rootFDs) > 0 && kernelEnforced(fs.rootFDs[0])
 	return fs, nil
 }
+
+func (c *FS) addRoot(dir string) error {
+	resolved, err := filepath.EvalSymlinks(Absolute(dir))
+	if err != nil {
+		return fmt.Errorf("root %s: %w", dir, err)
+	}
+	if info, err := os.Stat(resolved); err != nil || !info.IsDir() {
+		return fmt.Errorf("root %s is not a directory", dir)
+	}
+	opened, err := openRoot(resolved)
+	if err != nil {
+		return fmt.Errorf("root %s: %w", dir, err)
+	}
+	c.roots = append(c.roots, resolved)
+	c.rootFDs = append(c.rootFDs, opened)
+	return nil
+}
+
+// KernelEnforced reports whether every file is opened beneath its root by the kernel (openat2); without it, each
+// open follows a check of the path made just before.
+func (c *FS) KernelEnforced() bool { return c.enforced }
 
 // Roots are the directories reads are confined to, symlinks resolved.
 func (c *FS) Roots() []string { return append([]string(nil), c.roots...) }
 
 // AllowTemporary lets the build read and write below dir (kustomize's clones of remote bases).
 func (c *FS) AllowTemporary(dir string) error {
-	resolved, err := filepath.EvalSymlinks(Absolute(dir))
-	if err != nil {
-		return fmt.Errorf("temporary directory %s: %w", dir, err)
+	if err := c.addRoot(dir); err != nil {
+		return err
 	}
-	c.roots = append(c.roots, resolved)
-	c.writable = append(c.writable, resolved)
+	c.writable = append(c.writable, c.roots[len(c.roots)-1])
 	return nil
 }
 
@@ -174,14 +195,19 @@ func (c *FS) Open(path string) (filesys.File, error) {
 	if err := c.readable("Open", path); err != nil {
 		return nil, err
 	}
-	return c.disk.Open(path)
+	return c.openBeneath("Open", path, os.O_RDONLY)
 }
 
 func (c *FS) ReadFile(path string) ([]byte, error) {
 	if err := c.readable("ReadFile", path); err != nil {
 		return nil, err
 	}
-	data, err := c.disk.ReadFile(path)
+	file, err := c.openBeneath("ReadFile", path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	data, err := io.ReadAll(file)
 	if err != nil || c.OnRead == nil {
 		return data, err
 	}
@@ -192,15 +218,37 @@ func (c *FS) ReadDir(path string) ([]string, error) {
 	if err := c.readable("ReadDir", path); err != nil {
 		return nil, err
 	}
-	return c.disk.ReadDir(path)
+	dir, err := c.openBeneath("ReadDir", path, os.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	sort.Strings(names) // as os.ReadDir lists them
+	return names, err
+}
+
+// stat is os.Stat of a path inside the roots, through a descriptor opened beneath its root.
+func (c *FS) stat(op, path string) (os.FileInfo, error) {
+	if err := c.readable(op, path); err != nil {
+		return nil, err
+	}
+	file, err := c.openBeneath(op, path, unix.O_PATH)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	return file.Stat()
 }
 
 func (c *FS) IsDir(path string) bool {
-	return c.readable("IsDir", path) == nil && c.disk.IsDir(path)
+	info, err := c.stat("IsDir", path)
+	return err == nil && info.IsDir()
 }
 
 func (c *FS) Exists(path string) bool {
-	return c.readable("Exists", path) == nil && c.disk.Exists(path)
+	_, err := c.stat("Exists", path)
+	return err == nil
 }
 
 func (c *FS) CleanedAbs(path string) (filesys.ConfirmedDir, string, error) {
@@ -232,9 +280,15 @@ func (c *FS) Glob(pattern string) ([]string, error) {
 	return kept, nil
 }
 
+// Walk walks the tree below path, refusing each path outside the roots; what walkFn reads goes through this FS.
 func (c *FS) Walk(path string, walkFn filepath.WalkFunc) error {
 	if err := c.readable("Walk", path); err != nil {
 		return err
 	}
-	return c.disk.Walk(path, walkFn)
+	return c.disk.Walk(path, func(visited string, info os.FileInfo, err error) error {
+		if refused := c.readable("Walk", visited); refused != nil {
+			return refused
+		}
+		return walkFn(visited, info, err)
+	})
 }
