@@ -14,6 +14,7 @@ never one outside the roots, and
   kustomization that lead there (:meth:`Walk.explain`);
 * refuses what the operator never lets kustomize do, with the field named: a remote reference (a git repository
   spec or an http(s) URL) unless remote bases are allowed (Flux's ``--no-remote-bases``; refused by default here),
+  and even then one not fetched over http(s) (:func:`unfetchable_remote`),
   helm, a ``!!binary`` value (which kustomize reads as text), a directory listed as a generator/transformer/validator
   (its plugin configurations could be patched into reading anything), an unreadable or oversized kustomization and
   a referenced file over :data:`MAX_FILE_BYTES`.
@@ -110,6 +111,21 @@ def is_remote(reference: str) -> bool:
     go-getter's ``git::`` (any ``x::``), ``http:``/``https:`` without slashes, ``user@host:path`` and
     ``github.com/...`` repository specs. Errs towards "remote"."""
     return bool(_URL.match(reference) or _SCP_USER.match(reference)) or reference.lower().startswith(_GIT_PREFIXES)
+
+
+def unfetchable_remote(reference: str) -> str | None:
+    """Why the remote ``reference`` is refused even with remote bases allowed, or None: only https (and http, where
+    the operator allows it) go through the build's proxy and its address policy. A ``file://`` repository would be
+    cloned from the operator's own disk (its git mirror holds other tenants' repositories), and ssh or git://
+    connections cannot be checked."""
+    scheme = reference.lower().removeprefix("git::")
+    if scheme.startswith("file:"):
+        return ("names a repository on the operator's own disk (file://), which remote bases may never read; fetch "
+                "it over https://")
+    if scheme.startswith(("ssh://", "git://")) or _SCP_USER.match(scheme):
+        return ("is fetched over ssh or git://, whose connections the operator cannot check; remote bases are "
+                "fetched over https:// only")
+    return None
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -221,12 +237,17 @@ class _Walker:
                     self._plugin_entry(name, directory, f"{field_name}[{index}]", entry)
 
     def _remote(self, name: str, field_name: str, reference: str) -> bool:
-        """True when ``reference`` is remote (then reported unless remote bases are allowed)."""
+        """True when ``reference`` is remote (then reported unless remote bases are allowed and it is fetched over
+        http(s))."""
         if not is_remote(reference):
             return False
         if not self.allow_remote:
             self._add(name, field_name, reference, "is remote; remote bases and URLs are refused (an administrator "
                                                    "may allow them with the operator flag --no-remote-bases=false)")
+        else:
+            refusal = unfetchable_remote(reference)
+            if refusal:
+                self._add(name, field_name, reference, refusal)
         return True
 
     def _local(self, name: str, directory: Path, field_name: str, reference: str) -> Path | None:

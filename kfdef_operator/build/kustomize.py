@@ -5,7 +5,8 @@ The helper (``tools/kfdef-render``) is kustomize's own Go API (krusty, builtin p
 filesystem confined to the trees the build may read: whatever a kustomization says, and however kustomize decodes it
 (keys in another case, repeated keys, YAML tags), a file outside those trees is refused where kustomize reads it.
 Unless remote bases are allowed, every network dial inside the helper fails and it has no ``PATH`` (so no ``git``);
-where the kernel offers Landlock it also loses the right to read anything else or open a TCP connection. What it
+where the kernel offers Landlock it also loses the right to read anything else or open a TCP connection. When they
+are allowed, every connection of the helper and its ``git`` goes through the build's proxy (:mod:`.egress`). What it
 achieved is :attr:`BuildOutput.confinement`.
 
 The binary (:func:`find_render_helper`) is, in this order:
@@ -186,30 +187,31 @@ class BuildOutput:
 
 
 def build(path: Path, *, roots: Mapping[Path, str], helper: RenderHelper | None = None, home: Path | None = None,
-          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, allow_remote: bool = False, kustomize_v3: bool = False,
-          timeout: float = 120, application: str | None = None) -> BuildOutput:
+          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, remote_proxy: str | None = None,
+          kustomize_v3: bool = False, timeout: float = 120, application: str | None = None) -> BuildOutput:
     """Build the kustomization in ``path`` with the render helper, reading nothing outside ``roots``.
 
     ``roots`` maps each directory the build may read to the name people know it by (``manifests:``); errors show
     paths by those names. ``helper`` defaults to :func:`find_render_helper`. ``load_restrictor`` is kustomize's
     (``LoadRestrictionsNone`` lets a kustomization read files outside its own folder, still inside ``roots``).
-    ``allow_remote`` lets kustomize fetch remote bases and URLs (cloned under ``home``). ``kustomize_v3`` reads the
-    tree's kustomizations and transformer configurations as kfctl's kustomize v3.2 did (unknown fields dropped, each
-    noted in :attr:`BuildOutput.notes` by the roots' names). ``home`` is the helper's
+    ``remote_proxy`` (an :class:`~kfdef_operator.build.egress.EgressProxy`'s URL) lets kustomize fetch remote bases
+    and URLs, every connection through that proxy (clones go below ``home``, in a directory of this build alone).
+    ``kustomize_v3`` reads the tree's kustomizations and transformer configurations as kfctl's kustomize v3.2 did
+    (unknown fields dropped, each noted in :attr:`BuildOutput.notes` by the roots' names). ``home`` is the helper's
     own ``HOME``/``TMPDIR`` (created when missing; default: a temporary directory). ``application`` only labels
     error messages.
     """
     if home is None:
         with tempfile.TemporaryDirectory(prefix="kfdef-render-") as temporary:
             return build(path, roots=roots, helper=helper, home=Path(temporary), load_restrictor=load_restrictor,
-                         allow_remote=allow_remote, kustomize_v3=kustomize_v3, timeout=timeout,
+                         remote_proxy=remote_proxy, kustomize_v3=kustomize_v3, timeout=timeout,
                          application=application)
     home.mkdir(parents=True, exist_ok=True)
     argv = [str((helper or find_render_helper()).path), "build", f"--load-restrictor={load_restrictor}"]
     for root in roots:
         argv.append(f"--root={root}")
-    if allow_remote:
-        argv.append("--allow-remote")
+    if remote_proxy:
+        argv.append(f"--remote-proxy={remote_proxy}")
     if kustomize_v3:
         argv.append("--kustomize-v3")
     argv.append(str(path))

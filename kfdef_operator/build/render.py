@@ -61,6 +61,7 @@ Deliberate deviations from kfctl:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import errno
@@ -82,6 +83,7 @@ import yaml
 from kfdef_operator.api.kfdef import Application, KfDef, Parameter, project_of
 from kfdef_operator.build import beneath, confinement, kustomize, safe_yaml, v3_namespace
 from kfdef_operator.build.confinement import KUSTOMIZATION_FILES
+from kfdef_operator.build.egress import EgressProxy, RemoteBases
 from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
@@ -389,14 +391,15 @@ def _keep_specs(specs: Iterable[Any], dropped: list[str]) -> list[Any]:
 def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *, max_workers: int = 4,
            progress: Callable[[RenderedApplication], None] | None = None, timeout: float = 120,
            helper: kustomize.RenderHelper | None = None,
-           allow_remote_bases: bool = False) -> list[RenderedApplication]:
+           remote_bases: RemoteBases | None = None) -> list[RenderedApplication]:
     """Render every application of ``kfdef`` (in parallel) and return them in spec order.
 
     ``sources`` maps repo names to resolved local trees; ``workdir`` is this KfDef's private work directory
     (its ``kustomize/`` and kustomize's ``home/`` are recreated). ``progress`` is called as each application
     finishes. ``helper`` is the render helper to run (default: ``kustomize.find_render_helper()``);
-    ``allow_remote_bases`` lets kustomizations name remote bases and URLs (refused by default). The helper reads
-    nothing outside the application's tree and generated directory, whatever the kustomizations say.
+    ``remote_bases`` lets kustomizations name remote bases and URLs, fetched under its address policy (refused when
+    None, the default). The helper reads nothing outside the application's tree and generated directory, whatever
+    the kustomizations say.
     Raises ``RenderError`` naming the first failing application in spec order (and how many others failed).
     """
     workdir = Path(workdir).resolve()
@@ -412,7 +415,7 @@ def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *
         started = time.monotonic()
         mode, build_dir, tree, warnings = _prepare(kfdef, app, sources, workdir)
         output = _build(app, mode, build_dir, _roots(app, mode, build_dir, tree), workdir, helper=helper,
-                        allow_remote_bases=allow_remote_bases, timeout=timeout)
+                        remote_bases=remote_bases, timeout=timeout)
         result = RenderedApplication(app.name, mode, output.objects, time.monotonic() - started,
                                      (*warnings, *output.notes), output.confinement)
         if progress:
@@ -456,11 +459,11 @@ def _roots(app: Application, mode: Mode, build_dir: Path, tree: Path) -> dict[Pa
 
 
 def _confine(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path, str],
-             allow_remote_bases: bool) -> tuple[str, confinement.Walk]:
+             allow_remote: bool) -> tuple[str, confinement.Walk]:
     """The load restrictor for building ``build_dir``, and the walk of its kustomizations (``confinement.walk``);
     raises ``RenderError`` listing what the walk refused. A plain entry point always gets kustomize's default,
     ``LoadRestrictionsRootOnly``."""
-    found = confinement.walk(build_dir, roots, allow_remote=allow_remote_bases)
+    found = confinement.walk(build_dir, roots, allow_remote=allow_remote)
     if found.violations:
         shown = "; ".join(str(v) for v in found.violations[:5])
         more = f" (and {len(found.violations) - 5} more)" if len(found.violations) > 5 else ""
@@ -469,19 +472,26 @@ def _confine(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path,
 
 
 def _build(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path, str], workdir: Path, *,
-           helper: kustomize.RenderHelper, allow_remote_bases: bool, timeout: float) -> kustomize.BuildOutput:
-    """Build ``build_dir`` with the render helper, reading nothing outside ``roots``. A path the helper refused is
-    named by the kustomization and field that lead there, when the walk found them."""
-    restrictor, found = _confine(app, mode, build_dir, roots, allow_remote_bases)
-    try:
-        return kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
-                               load_restrictor=restrictor, allow_remote=allow_remote_bases,
-                               kustomize_v3=mode != "plain", timeout=timeout, application=app.name)
-    except kustomize.KustomizeError as error:
-        named = found.explain(error.refusal.path) if error.refusal else None
-        if named is None:
-            raise
-        raise RenderError(app.name, f"refused to build: {named}") from error
+           helper: kustomize.RenderHelper, remote_bases: RemoteBases | None, timeout: float) -> kustomize.BuildOutput:
+    """Build ``build_dir`` with the render helper, reading nothing outside ``roots`` and, when remote bases are
+    allowed, connecting through a proxy of this build alone. A path the helper refused is named by the
+    kustomization and field that lead there, when the walk found them; a connection the proxy refused by why."""
+    restrictor, found = _confine(app, mode, build_dir, roots, remote_bases is not None)
+    with contextlib.ExitStack() as stack:
+        proxy = stack.enter_context(EgressProxy(remote_bases)) if remote_bases is not None else None
+        try:
+            return kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
+                                   load_restrictor=restrictor, remote_proxy=proxy.url if proxy else None,
+                                   kustomize_v3=mode != "plain", timeout=timeout, application=app.name)
+        except kustomize.KustomizeError as error:
+            if proxy is not None and proxy.refusals:
+                more = f" (and {len(proxy.refusals) - 1} more)" if len(proxy.refusals) > 1 else ""
+                raise RenderError(app.name, f"refused to fetch a remote base or URL: {proxy.refusals[0]}{more}"
+                                  ) from error
+            named = found.explain(error.refusal.path) if error.refusal else None
+            if named is None:
+                raise
+            raise RenderError(app.name, f"refused to build: {named}") from error
 
 
 def _prepare(kfdef: KfDef, app: Application, sources: Mapping[str, ResolvedSource],

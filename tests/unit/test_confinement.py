@@ -171,15 +171,25 @@ REMOTE = ["https://raw.githubusercontent.com/org/repo/main/cm.yaml", "http://127
           "file:///srv/git/repo.git", "s3::https://bucket/x"]
 
 
+NOT_OVER_HTTP = {"git@github.com:org/repo.git": "ssh", "ssh://git@host/repo.git": "ssh",
+                 "file:///srv/git/repo.git": "file://"}
+
+
 @pytest.mark.parametrize("ref", REMOTE)
-def test_remote_bases_and_urls_are_refused_unless_allowed(tree, ref):
+def test_remote_bases_and_urls_are_refused_unless_allowed_and_fetched_over_http(tree, ref):
     app = kustomization(tree, {"resources": [REF], "configMapGenerator": [{"name": "c", "files": [f"k={REF}"]}]}, ref)
     found = check(tree, app)
     assert [(v.field, v.reference) for v in found.violations] == [("resources[0]", ref),
                                                                     ("configMapGenerator[0].files[0]", ref)]
     assert "is remote; remote bases and URLs are refused" in str(found.violations[0])
     assert "--no-remote-bases=false" in str(found.violations[0])
-    assert check(tree, app, allow_remote=True).violations == []
+    allowed = check(tree, app, allow_remote=True)
+    if ref not in NOT_OVER_HTTP:
+        assert allowed.violations == []
+        return
+    assert [(v.field, v.reference) for v in allowed.violations] == [("resources[0]", ref),
+                                                                      ("configMapGenerator[0].files[0]", ref)]
+    assert NOT_OVER_HTTP[ref] in allowed.violations[0].problem and "https://" in allowed.violations[0].problem
 
 
 @pytest.mark.parametrize("reference", ["base", "../base/deploy.yaml", "a:b.yaml", "patch-github.com.yaml",

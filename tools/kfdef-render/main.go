@@ -1,15 +1,17 @@
 // kfdef-render builds one kustomization with kustomize's own Go API (krusty) inside a boundary that kustomize
 // itself cannot cross: every file it reads goes through a filesystem confined to the trees named with --root
 // (internal/confinedfs: each file opened beneath its tree's descriptor, so the kernel refuses it if the tree changed
-// since the check), every network dial is refused unless --allow-remote is given, and with no PATH no git or
+// since the check), every network dial is refused unless --remote-proxy is given, and with no PATH no git or
 // other program can be started. Where the kernel offers Landlock, the process also loses the right to read
-// anything else and to open TCP connections. Checks made by another program beforehand can disagree with how
+// anything else and to open TCP connections. With --remote-proxy (remote bases allowed), every connection of the
+// process and of git goes through that proxy, the operator's, which applies its address policy (network.go), git
+// speaks https or http only, and clones go to a directory of this build alone. Checks made by another program beforehand can disagree with how
 // kustomize decodes a file (keys matched case-insensitively, duplicate keys, YAML tags); here the reader is
 // kustomize, so they cannot.
 //
 //	kfdef-render version
 //	kfdef-render build --root DIR [--root DIR]... [--load-restrictor LoadRestrictionsRootOnly|LoadRestrictionsNone]
-//	                   [--allow-remote] [--no-landlock] [--kustomize-v3] PATH
+//	                   [--remote-proxy http://127.0.0.1:PORT] [--no-landlock] [--kustomize-v3] PATH
 //
 // --kustomize-v3 reads the tree's kustomizations and transformer configurations as kfctl's kustomize v3.2 read
 // them (internal/v3compat). build writes one JSON object to stdout (answer): the objects in kustomize's output
@@ -21,14 +23,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
-	"net"
-	"net/http"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -77,7 +77,7 @@ func main() {
 
 func usage(problem string) {
 	fmt.Fprintf(os.Stderr, "kfdef-render: %s\nusage: kfdef-render version | kfdef-render build --root DIR... "+
-		"[--load-restrictor R] [--allow-remote] [--no-landlock] [--kustomize-v3] PATH\n", problem)
+		"[--load-restrictor R] [--remote-proxy URL] [--no-landlock] [--kustomize-v3] PATH\n", problem)
 	os.Exit(exitUsage)
 }
 
@@ -85,7 +85,7 @@ func usage(problem string) {
 type buildFlags struct {
 	roots       []string
 	options     *krusty.Options
-	allowRemote bool
+	remoteProxy *url.URL // nil: remote bases refused
 	noLandlock  bool
 	v3          bool
 	path        string
@@ -97,7 +97,7 @@ func parseBuildFlags(args []string) (buildFlags, error) {
 	var roots rootList
 	flags.Var(&roots, "root", "a directory the build may read (repeatable)")
 	restrictor := flags.String("load-restrictor", types.LoadRestrictionsRootOnly.String(), "kustomize's load restrictor")
-	allowRemote := flags.Bool("allow-remote", false, "let kustomize fetch remote bases and URLs")
+	remoteProxy := flags.String("remote-proxy", "", "let kustomize fetch remote bases and URLs through this proxy")
 	noLandlock := flags.Bool("no-landlock", false, "do not ask the kernel for Landlock")
 	v3 := flags.Bool("kustomize-v3", false, "read kustomizations as kustomize v3.2 did (kfctl's trees)")
 	if err := flags.Parse(args); err != nil || flags.NArg() != 1 || len(roots) == 0 {
@@ -112,12 +112,20 @@ func parseBuildFlags(args []string) (buildFlags, error) {
 	default:
 		return buildFlags{}, fmt.Errorf("unknown load restrictor %s", *restrictor)
 	}
+	var proxy *url.URL
+	if *remoteProxy != "" {
+		parsed, err := loopbackProxy(*remoteProxy)
+		if err != nil {
+			return buildFlags{}, err
+		}
+		proxy = parsed
+	}
 	// The CLI's own defaults: builtin plugins only (no exec, container or Go plugins), helm off, and the
 	// order of the kustomization (or its sortOptions).
 	options.PluginConfig = types.DisabledPluginConfig()
 	options.PluginConfig.HelmConfig.Enabled = false
 	options.Reorder = krusty.ReorderOptionUnspecified
-	return buildFlags{roots: roots, options: options, allowRemote: *allowRemote, noLandlock: *noLandlock, v3: *v3,
+	return buildFlags{roots: roots, options: options, remoteProxy: proxy, noLandlock: *noLandlock, v3: *v3,
 		path: flags.Arg(0)}, nil
 }
 
@@ -133,6 +141,7 @@ func build(args []string) int {
 
 	var reply answer
 	s, err := confine(flags)
+	defer s.close()
 	if err == nil {
 		reply.Confinement = s.confinement
 		var resources resmap.ResMap
@@ -161,6 +170,7 @@ type session struct {
 	fs          *confinedfs.FS
 	v3          *v3compat.Reader
 	confinement string
+	clones      string // the directory kustomize clones remote bases into ("" when they are refused)
 	// lastKustomization is the kustomization file read last: kustomize names none in its decoding errors.
 	lastKustomization string
 }
@@ -175,12 +185,17 @@ func confine(flags buildFlags) (*session, error) {
 		s.v3 = v3compat.NewReader()
 	}
 	fs.OnRead = s.read
-	if flags.allowRemote {
-		s.confinement = "remote bases allowed"
-		if tmp := os.Getenv("TMPDIR"); tmp != "" {
-			if err := fs.AllowTemporary(tmp); err != nil { // where kustomize clones remote bases
-				return nil, err
-			}
+	if flags.remoteProxy != nil {
+		s.confinement = "remote bases allowed, through the render's proxy"
+		clones, err := s.cloneDirectory()
+		if err != nil {
+			return nil, err
+		}
+		if err := fs.AllowTemporary(clones); err != nil {
+			return nil, err
+		}
+		if err := throughProxy(flags.remoteProxy); err != nil {
+			return nil, err
 		}
 	} else {
 		refuseNetwork()
@@ -192,12 +207,33 @@ func confine(flags buildFlags) (*session, error) {
 	if flags.noLandlock {
 		s.confinement += "; landlock not requested"
 	} else {
-		s.confinement += "; " + restrictWithLandlock(fs.Roots(), flags.allowRemote)
+		s.confinement += "; " + restrictWithLandlock(fs.Roots(), flags.remoteProxy != nil)
 	}
 	if !fs.KernelEnforced() {
 		s.confinement += "; no openat2: each file is opened after a check of its path, not beneath its tree"
 	}
 	return s, nil
+}
+
+// cloneDirectory makes a directory of this build alone below $TMPDIR and points TMPDIR at it: kustomize clones
+// remote bases into a new directory of TMPDIR, and the build may read and write only there (besides its trees).
+func (s *session) cloneDirectory() (string, error) {
+	dir, err := os.MkdirTemp(os.Getenv("TMPDIR"), "kfdef-render-clones-")
+	if err != nil {
+		return "", fmt.Errorf("a directory for remote bases: %w", err)
+	}
+	s.clones = dir
+	if err := os.Setenv("TMPDIR", dir); err != nil {
+		return "", fmt.Errorf("setting TMPDIR: %w", err)
+	}
+	return dir, nil
+}
+
+// close removes what the build cloned.
+func (s *session) close() {
+	if s != nil && s.clones != "" {
+		os.RemoveAll(s.clones)
+	}
 }
 
 // read is the filesystem's OnRead: it notes the kustomization read last and hands v3.2 trees over as v5 reads them.
@@ -266,22 +302,6 @@ type reworded struct {
 
 func (r *reworded) Error() string { return r.text }
 func (r *reworded) Unwrap() error { return r.err }
-
-// errNetworkRefused is what every dial of this process returns when remote bases are not allowed.
-var errNetworkRefused = errors.New("network access is refused to builds (remote bases and URLs are not allowed)")
-
-// refuseNetwork makes every HTTP request of the process fail before it dials: kustomize fetches remote files
-// with an http.Client on the default transport.
-func refuseNetwork() {
-	refused := &http.Transport{
-		Proxy: nil,
-		DialContext: func(context.Context, string, string) (net.Conn, error) {
-			return nil, errNetworkRefused
-		},
-	}
-	http.DefaultTransport = refused
-	http.DefaultClient.Transport = refused
-}
 
 func moduleVersion(path string) string {
 	if info, ok := debug.ReadBuildInfo(); ok {
