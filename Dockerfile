@@ -13,8 +13,8 @@ WORKDIR /src/tools/kfdef-render
 COPY tools/kfdef-render/go.mod tools/kfdef-render/go.sum ./
 ENV GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
 RUN go mod download
-COPY tools/kfdef-render/*.go ./
-RUN go build -trimpath -ldflags "-s -w -X main.kustomizeRelease=v5.8.2" -o /out/kfdef-render .
+COPY tools/kfdef-render/ ./
+RUN go vet ./... && go test -count=1 ./... && go build -trimpath -ldflags "-s -w -X main.kustomizeRelease=v5.8.2" -o /out/kfdef-render .
 
 # The operator as a wheel: the final stage installs it without the build toolchain.
 FROM python:3.11-slim AS wheel

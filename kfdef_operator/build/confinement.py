@@ -1,25 +1,25 @@
-"""Prove, before kustomize runs, that a build reads only files of its own tree and nothing remote.
+"""Read a build's kustomizations before kustomize runs: the choices the operator makes for the build, and the
+friendly names of what the render helper refuses.
 
 kustomize follows references from a kustomization to other files and directories: bases, resources and components,
 patches, generator sources, ``configurations``, ``crds``, ``replacements``, ``openapi``, and the files named by
-plugin configurations under ``generators``/``transformers``/``validators``. With the load restrictor ``none`` (which
-kfctl's stacks need) it reads whatever path such a reference names, symlinks followed; with any restrictor it fetches
-http(s) URLs and clones git repositories named there. Manifests are untrusted, so :func:`walk` reads every
-kustomization reachable from the one to build (and every plugin configuration it lists), resolves each reference
-as kustomize would (lexically cleaned, then symlinks followed by the OS; both readings are checked) and reports each
-one that
+plugin configurations under ``generators``/``transformers``/``validators``. The boundary is the render helper: it
+refuses every file outside the build's trees where kustomize reads it (``tools/kfdef-render/internal/confinedfs``).
+:func:`walk` reads every kustomization reachable from the one to build (and every plugin configuration it lists),
+never one outside the roots, and
 
-* leaves the allowed roots (the repository copy or package, and the generated wrappers),
-* is remote (a git repository spec or an http(s) URL), unless remote bases are allowed (Flux's
-  ``--no-remote-bases``; refused by default here),
-* asks for helm, which the operator never runs,
-* or cannot be checked: an unreadable or oversized kustomization, a referenced file over :data:`MAX_FILE_BYTES`,
-  a directory listed as a generator/transformer/validator (its plugin configurations could be patched into reading
-  anything).
+* picks kustomize's load restrictor: the stricter ``LoadRestrictionsRootOnly`` (each kustomization reads files only
+  below its own directory) unless a reference of the tree needs another directory of the roots;
+* records every reference with the field naming it, so that a path the helper refused is named by the field and
+  kustomization that lead there (:meth:`Walk.explain`);
+* refuses what the operator never lets kustomize do, with the field named: a remote reference (a git repository
+  spec or an http(s) URL) unless remote bases are allowed (Flux's ``--no-remote-bases``; refused by default here),
+  and even then one not fetched over http(s) (:func:`unfetchable_remote`),
+  helm, a ``!!binary`` value (which kustomize reads as text), a directory listed as a generator/transformer/validator
+  (its plugin configurations could be patched into reading anything), an unreadable or oversized kustomization and
+  a referenced file over :data:`MAX_FILE_BYTES`.
 
-It also tells whether kustomize's stricter load restrictor (``LoadRestrictionsRootOnly``: each kustomization reads
-files only below its own directory) suffices, so the permissive one is used only where the tree needs it and the walk
-has proven every reference inside. Everything here only reads files.
+Everything here only reads files.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from kfdef_operator.build import safe_yaml
+from kfdef_operator.build import beneath, safe_yaml
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 LOAD_RESTRICTIONS_NONE = "LoadRestrictionsNone"
@@ -67,11 +67,26 @@ class Violation:
         return f"{self.kustomization}: {what} {self.problem}" if what else f"{self.kustomization}: {self.problem}"
 
 
+@dataclass(frozen=True)
+class Reference:
+    """A local path named in a kustomization: where it is written, and where kustomize reads it (the kustomization's
+    directory joined with the reference, cleaned as kustomize cleans it, symlinks not followed)."""
+
+    kustomization: str
+    field: str
+    reference: str
+    target: str
+
+
+OUTSIDE = "leads outside the repository tree the KfDef names"
+
+
 @dataclass
 class Walk:
     """What :func:`walk` found."""
 
     violations: list[Violation] = field(default_factory=list)
+    references: list[Reference] = field(default_factory=list)
     kustomizations: int = 0
     files_outside_own_directory: bool = False   # LoadRestrictionsRootOnly would refuse the build
 
@@ -80,6 +95,15 @@ class Walk:
         """The strictest kustomize load restrictor the build works with (meaningful only without violations)."""
         return LOAD_RESTRICTIONS_NONE if self.files_outside_own_directory else LOAD_RESTRICTIONS_ROOT_ONLY
 
+    def explain(self, refused: str) -> Violation | None:
+        """The reference that leads kustomize to the path ``refused`` (the render helper's refusal): the one
+        naming exactly that path, else one naming a directory above it; None when no kustomization read here names
+        it (a key in another case, which kustomize matches and this walk does not)."""
+        path = os.path.normpath(refused)
+        named = (next((r for r in self.references if r.target == path), None)
+                 or next((r for r in self.references if path.startswith(r.target.rstrip("/") + "/")), None))
+        return Violation(named.kustomization, named.field, named.reference, OUTSIDE) if named else None
+
 
 def is_remote(reference: str) -> bool:
     """Whether kustomize would fetch ``reference`` over the network (or clone it with git) instead of reading a
@@ -87,6 +111,21 @@ def is_remote(reference: str) -> bool:
     go-getter's ``git::`` (any ``x::``), ``http:``/``https:`` without slashes, ``user@host:path`` and
     ``github.com/...`` repository specs. Errs towards "remote"."""
     return bool(_URL.match(reference) or _SCP_USER.match(reference)) or reference.lower().startswith(_GIT_PREFIXES)
+
+
+def unfetchable_remote(reference: str) -> str | None:
+    """Why the remote ``reference`` is refused even with remote bases allowed, or None: only https (and http, where
+    the operator allows it) go through the build's proxy and its address policy. A ``file://`` repository would be
+    cloned from the operator's own disk (its git mirror holds other tenants' repositories), and ssh or git://
+    connections cannot be checked."""
+    scheme = reference.lower().removeprefix("git::")
+    if scheme.startswith("file:"):
+        return ("names a repository on the operator's own disk (file://), which remote bases may never read; fetch "
+                "it over https://")
+    if scheme.startswith(("ssh://", "git://")) or _SCP_USER.match(scheme):
+        return ("is fetched over ssh or git://, whose connections the operator cannot check; remote bases are "
+                "fetched over https:// only")
+    return None
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -103,14 +142,6 @@ def path_segment(value: str) -> str:
     return value
 
 
-def resolve_reference(base: Path, reference: str) -> set[Path]:
-    """Where ``reference``, written in a kustomization in ``base``, can lead: kustomize cleans the joined path
-    lexically before the OS follows symlinks, while ``..`` after a symlink means the link target's parent to the
-    OS. Both readings are returned (usually one path)."""
-    joined = os.path.join(base, reference)
-    return {Path(os.path.realpath(joined)), Path(os.path.realpath(os.path.normpath(joined)))}
-
-
 def escaping_symlinks(root: Path) -> Iterator[tuple[Path, str]]:
     """Symlinks below ``root`` that resolve outside it, as (link, its target as written); directory links are
     not descended into."""
@@ -123,7 +154,7 @@ def escaping_symlinks(root: Path) -> Iterator[tuple[Path, str]]:
 
 
 def walk(entry: Path, roots: Mapping[Path, str], *, allow_remote: bool = False) -> Walk:
-    """Check every reference reachable from the kustomization directory ``entry``.
+    """Read every kustomization reachable from the kustomization directory ``entry`` (see the module docstring).
 
     ``roots`` maps each directory the build may read to the name people know it by (``manifests:apps/``); files
     are shown in violations by that name. Kustomizations outside the roots are never read.
@@ -134,6 +165,7 @@ def walk(entry: Path, roots: Mapping[Path, str], *, allow_remote: bool = False) 
 class _Walker:
     def __init__(self, roots: Mapping[Path, str], allow_remote: bool) -> None:
         self.roots = {Path(os.path.realpath(root)): label for root, label in roots.items()}
+        self.opener = beneath.opener(list(self.roots))  # the walk's own reads: the kernel keeps them in the roots
         self.allow_remote = allow_remote
         self.result = Walk()
         self.seen: set[Path] = set()
@@ -161,8 +193,11 @@ class _Walker:
     def _add(self, kustomization: str, field_name: str, reference: str, problem: str) -> None:
         self.result.violations.append(Violation(kustomization, field_name, reference, problem))
 
-    def _allowed(self, path: Path) -> bool:
-        return any(inside(path, root) for root in self.roots)
+    def _within_roots(self, path: Path) -> Path | None:
+        """``path`` with its symlinks resolved, when that is inside a root; None otherwise (the helper refuses
+        it where kustomize reads it)."""
+        real = Path(os.path.realpath(path))
+        return real if any(inside(real, root) for root in self.roots) else None
 
     def _enqueue(self, directory: Path) -> None:
         if directory not in self.seen:
@@ -177,7 +212,9 @@ class _Walker:
             return  # a directory without a kustomization: kustomize reports it
         name = self._name(path)
         try:
-            kustomization = safe_yaml.read_file(path)
+            kustomization = safe_yaml.read_file(path, opener=self.opener)
+        except beneath.Outside:
+            return  # the helper refuses it where kustomize reads it
         except (OSError, yaml.YAMLError) as error:
             self._add(name, "", "", f"cannot be checked: {_one_line(error)}")
             return
@@ -200,27 +237,27 @@ class _Walker:
                     self._plugin_entry(name, directory, f"{field_name}[{index}]", entry)
 
     def _remote(self, name: str, field_name: str, reference: str) -> bool:
-        """True when ``reference`` is remote (then reported unless remote bases are allowed)."""
+        """True when ``reference`` is remote (then reported unless remote bases are allowed and it is fetched over
+        http(s))."""
         if not is_remote(reference):
             return False
         if not self.allow_remote:
             self._add(name, field_name, reference, "is remote; remote bases and URLs are refused (an administrator "
                                                    "may allow them with the operator flag --no-remote-bases=false)")
+        else:
+            refusal = unfetchable_remote(reference)
+            if refusal:
+                self._add(name, field_name, reference, refusal)
         return True
 
-    def _resolved(self, name: str, directory: Path, field_name: str, reference: str) -> Path | None:
-        """The path ``reference`` leads to when every reading of it stays inside the roots, else None (reported)."""
-        if not all(self._allowed(target) for target in resolve_reference(directory, reference)):
-            self._add(name, field_name, reference, "leads outside the repository tree the KfDef names")
-            return None
-        return Path(os.path.realpath(os.path.normpath(os.path.join(directory, reference))))  # what kustomize opens
-
     def _local(self, name: str, directory: Path, field_name: str, reference: str) -> Path | None:
-        """Where a path reference leads when it is local and inside the roots; None (reported unless it is an
-        allowed remote one) otherwise."""
+        """Where a local path reference leads, symlinks resolved, when that is inside the roots (recorded either
+        way); None for a remote one (reported unless allowed) or one outside (the helper refuses it)."""
         if self._remote(name, field_name, reference):
             return None
-        return self._resolved(name, directory, field_name, reference)
+        target = os.path.normpath(os.path.join(directory, reference))  # kustomize's reading: cleaned, then opened
+        self.result.references.append(Reference(name, field_name, reference, target))
+        return self._within_roots(Path(target))
 
     def _base(self, name: str, directory: Path, field_name: str, reference: str) -> None:
         target = self._local(name, directory, field_name, reference)
@@ -233,12 +270,9 @@ class _Walker:
 
     def _file(self, name: str, directory: Path, field_name: str, reference: str) -> None:
         """A file reference. Strategic-merge patch entries are read as inline YAML first, with a fallback to a
-        path, so text that parses as YAML objects is checked only for where it could lead as a path."""
-        if _inline_documents(reference) is not None:
-            self._resolved(name, directory, field_name, reference)
-            return
+        path, so text that parses as YAML objects is recorded only for where it could lead as a path."""
         target = self._local(name, directory, field_name, reference)
-        if target is not None and target.exists():
+        if target is not None and target.exists() and _inline_documents(reference) is None:
             self._check_file(name, directory, field_name, reference, target)
 
     def _check_file(self, name: str, directory: Path, field_name: str, reference: str, target: Path) -> None:
@@ -256,7 +290,7 @@ class _Walker:
         inline = _inline_documents(entry)
         if inline is not None:
             self._plugin_configs(name, directory, field_name, inline)
-            self._resolved(name, directory, field_name, entry)  # kustomize's fallback reading, as a path
+            self._local(name, directory, field_name, entry)  # kustomize's fallback reading, as a path
             return
         target = self._local(name, directory, field_name, entry)
         if target is None:
@@ -269,7 +303,9 @@ class _Walker:
             return
         self._check_file(name, directory, field_name, entry, target)
         try:
-            documents = safe_yaml.read_file(target, all_documents=True)
+            documents = safe_yaml.read_file(target, all_documents=True, opener=self.opener)
+        except beneath.Outside:
+            return  # the helper refuses it where kustomize reads it
         except (OSError, yaml.YAMLError) as error:
             self._add(name, field_name, entry, f"cannot be checked: {_one_line(error)}")
             return

@@ -2,10 +2,11 @@
 
 Starting a render as a new interpreter cost about 0.2 s of CPU before it read its request, mostly imports: more
 than the render itself for a small KfDef, and 300 KfDefs of a fleet spent a minute of CPU on it. The server
-(``python -P -m kfdef_operator.build.forkserver``) imports the render code once, then forks a fresh process per
-render, as ``multiprocessing``'s forkserver does. Each render is still a process of its own, in its own session,
-with its own limits and environment, started from a process that never saw a KfDef: what one render does cannot
-reach the next.
+(``python -P -m kfdef_operator.build.forkserver FD ENTRY``) imports the module of its entry point once, then forks a
+fresh process per render that runs the entry point, as ``multiprocessing``'s forkserver does. The caller names the
+entry point (``module:function``, the function returning the exit code), so this module imports no render code.
+Each render is still a process of its own, in its own session, with its own limits and environment, started from a
+process that never saw a KfDef: what one render does cannot reach the next.
 
 The operator talks to the server over a socket pair that only the two of them hold (render processes close their
 copy at once), so nothing a render runs can ask the server for anything. Messages are JSON, one per datagram; the
@@ -26,6 +27,7 @@ renders in progress fail with :class:`ForkServerError`; the next render starts a
 from __future__ import annotations
 
 import ctypes
+import importlib
 import itertools
 import json
 import logging
@@ -39,7 +41,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -107,10 +109,12 @@ class _Server:
 
 class ForkServer:
     """The operator's side: starts the server on the first :meth:`spawn`, and stops it after ``idle_seconds``
-    without a render."""
+    without a render. ``entry`` is what each forked process runs, ``module:function``: the server imports the module
+    before it forks anything, and the function (no arguments) returns the process's exit code."""
 
-    def __init__(self, environment: Mapping[str, str], idle_seconds: float = 60.0) -> None:
+    def __init__(self, environment: Mapping[str, str], entry: str, idle_seconds: float = 60.0) -> None:
         self._environment = dict(environment)
+        self._entry = entry
         self.idle_seconds = idle_seconds
         self._lock = threading.Lock()
         self._server: _Server | None = None
@@ -157,7 +161,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-P", "-m", __name__, str(theirs.fileno())], stdin=subprocess.DEVNULL,
+                [sys.executable, "-P", "-m", __name__, str(theirs.fileno()), self._entry], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, env=self._environment, cwd="/", start_new_session=True,
                 pass_fds=(theirs.fileno(),))
         except OSError as error:
@@ -226,9 +230,11 @@ class ForkServer:
 
 # --- the server ----------------------------------------------------------------------------------------------------
 
-def serve(connection: socket.socket) -> None:
-    """Fork renders on request until the operator closes its end; then kill them all and return."""
-    import kfdef_operator.build.isolated  # noqa: F401  the preload: what every render would otherwise import
+def serve(connection: socket.socket, entry: str) -> None:
+    """Fork renders running ``entry`` (``module:function``) on request until the operator closes its end; then
+    kill them all and return."""
+    module, _, function = entry.partition(":")
+    run: Callable[[], int] = getattr(importlib.import_module(module), function)  # the preload, once
 
     children: dict[int, int] = {}  # pidfd -> pid, for every render not yet reaped
     try:
@@ -244,7 +250,7 @@ def serve(connection: socket.socket) -> None:
                         return
                     request = json.loads(message)
                     if "spawn" in request:
-                        _spawn(connection, request, descriptors, children)
+                        _spawn(connection, request, descriptors, children, run)
                     elif request.get("kill") in children.values():
                         _kill_group(int(request["kill"]))
                 finally:
@@ -258,8 +264,8 @@ def serve(connection: socket.socket) -> None:
             os.close(pidfd)
 
 
-def _spawn(connection: socket.socket, request: dict[str, Any], descriptors: list[int],
-           children: dict[int, int]) -> None:
+def _spawn(connection: socket.socket, request: dict[str, Any], descriptors: list[int], children: dict[int, int],
+           run: Callable[[], int]) -> None:
     try:
         if len(descriptors) != 3:
             raise ValueError(f"expected stdin, stdout and stderr, got {len(descriptors)} descriptors")
@@ -267,7 +273,7 @@ def _spawn(connection: socket.socket, request: dict[str, Any], descriptors: list
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _become_render(request, descriptors, server)
+            _become_render(request, descriptors, server, run)
         try:
             children[os.pidfd_open(pid)] = pid
         except OSError as error:  # a render nobody watches must not run: stop it at once
@@ -296,9 +302,9 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _become_render(request: dict[str, Any], descriptors: list[int], server: int) -> NoReturn:
+def _become_render(request: dict[str, Any], descriptors: list[int], server: int, run: Callable[[], int]) -> NoReturn:
     """In the forked child: a session of its own, dying with the server, the given stdio, cwd and environment,
-    none of the server's descriptors; then the render."""
+    none of the server's descriptors; then the render, ``run``."""
     code = 1
     try:
         os.setsid()
@@ -312,8 +318,7 @@ def _become_render(request: dict[str, Any], descriptors: list[int], server: int)
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None
-        from kfdef_operator.build.isolated import main
-        code = main()
+        code = run()
     except SystemExit as end:
         code = end.code if isinstance(end.code, int) else 1
     except BaseException:
@@ -328,4 +333,4 @@ def _become_render(request: dict[str, Any], descriptors: list[int], server: int)
 
 
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    serve(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])

@@ -33,6 +33,7 @@ from typing import Any
 
 from kfdef_operator.api.kfdef import KfDef
 from kfdef_operator.build.cache import applications_from_json, applications_to_json
+from kfdef_operator.build.egress import RemoteBases
 from kfdef_operator.build.forkserver import ForkServer, ForkServerError
 from kfdef_operator.build.kustomize import (
     MINIMAL_PATH,
@@ -124,11 +125,12 @@ class RenderLimits:
 class IsolatedRender:
     """The operator's renderer: ``render.render`` in a child process under :class:`RenderLimits`.
 
-    ``allow_remote_bases`` is the inverse of the operator flag ``--no-remote-bases`` (Flux's name; remote bases and
-    URLs in kustomizations are refused unless it is false). ``kustomize_timeout`` bounds each ``kustomize build``.
+    ``remote_bases`` is set when the operator flag ``--no-remote-bases`` is false (Flux's name; remote bases and
+    URLs in kustomizations are refused unless it is): they are then fetched under its address policy.
+    ``kustomize_timeout`` bounds each ``kustomize build``.
     """
 
-    allow_remote_bases: bool = False
+    remote_bases: RemoteBases | None = None
     limits: RenderLimits = field(default_factory=RenderLimits)
     max_workers: int = 4
     kustomize_timeout: float = 120.0
@@ -139,7 +141,12 @@ class IsolatedRender:
             helper = find_render_helper().identity
         except KustomizeError as error:
             helper = f"unavailable: {error}"  # the render itself reports it
-        return f"render-helper={helper};remote-bases={'allowed' if self.allow_remote_bases else 'refused'}"
+        remote = f"allowed ({self.remote_bases.describe()})" if self.remote_bases else "refused"
+        return f"render-helper={helper};remote-bases={remote}"
+
+    @property
+    def allow_remote_bases(self) -> bool:
+        return self.remote_bases is not None
 
     def __call__(self, kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *,
                  progress: Callable[[RenderedApplication], None] | None = None) -> list[RenderedApplication]:
@@ -308,8 +315,11 @@ def _environment(home: Path) -> dict[str, str]:
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-# Renders fork from a server that has imported this module; it exits a minute after the last render.
-_FORK_SERVER = ForkServer(_environment(Path("/nonexistent")))
+RENDER_ENTRY = f"{__name__}:main"
+"""What each render process runs (:func:`main`): the fork server imports this module once, before its first fork."""
+
+# Renders fork from that server; it exits a minute after the last render.
+_FORK_SERVER = ForkServer(_environment(Path("/nonexistent")), RENDER_ENTRY)
 
 
 # --- the child ---------------------------------------------------------------------------------------------------
@@ -374,7 +384,7 @@ def main() -> int:
     try:
         rendered = render(request.kfdef, request.sources, request.workdir, max_workers=settings.max_workers,
                           progress=_progress, timeout=settings.kustomize_timeout, helper=request.helper,
-                          allow_remote_bases=settings.allow_remote_bases)
+                          remote_bases=settings.remote_bases)
         answer = {"applications": applications_to_json(rendered)}
     except RenderError as error:
         answer = {"error": {"application": error.application, "message": error.message, "subject": error.subject,

@@ -5,7 +5,8 @@ The helper (``tools/kfdef-render``) is kustomize's own Go API (krusty, builtin p
 filesystem confined to the trees the build may read: whatever a kustomization says, and however kustomize decodes it
 (keys in another case, repeated keys, YAML tags), a file outside those trees is refused where kustomize reads it.
 Unless remote bases are allowed, every network dial inside the helper fails and it has no ``PATH`` (so no ``git``);
-where the kernel offers Landlock it also loses the right to read anything else or open a TCP connection. What it
+where the kernel offers Landlock it also loses the right to read anything else or open a TCP connection. When they
+are allowed, every connection of the helper and its ``git`` goes through the build's proxy (:mod:`.egress`). What it
 achieved is :attr:`BuildOutput.confinement`.
 
 The binary (:func:`find_render_helper`) is, in this order:
@@ -48,18 +49,38 @@ found here)."""
 
 _STDERR_TAIL_LINES = 20
 
+EXIT_FAILED = 1
+"""The helper's exit code for a build that failed; its answer says why (``error``, and ``violation`` when the
+boundary refused a path)."""
+EXIT_PANICKED = 3
+"""The helper's exit code for a panic in kustomize, recovered; its answer says what panicked. (Exit code 2 is a usage
+error, or one of Go's own fatal errors, which cannot be recovered: then only stderr says why.)"""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A path the helper's boundary refused during a failed build: the filesystem call kustomize made (``ReadFile``,
+    ``CleanedAbs``...), the path as kustomize asked for it, and the kustomization file the helper read last before
+    (which is not always the one naming the path)."""
+
+    op: str
+    path: str
+    kustomization: str = ""
+
 
 class KustomizeError(RuntimeError):
     """The render helper is missing, or a build failed, timed out or printed something that is not a list of
-    objects. ``limit`` names the resource limit it ran into ('memory', 'cpu', 'file size'), if any. ``shown_path``
-    is the build directory as people know it (never a temporary path)."""
+    objects. ``limit`` names the resource limit it ran into ('memory', 'cpu', 'file size'), if any; ``refusal`` the
+    path the helper's boundary refused, if that failed the build. ``shown_path`` is the build directory as people
+    know it (never a temporary path)."""
 
     def __init__(self, message: str, *, path: Path | None, application: str | None = None, stderr_tail: str = "",
-                 limit: str | None = None, shown_path: str | None = None):
+                 limit: str | None = None, shown_path: str | None = None, refusal: Refusal | None = None):
         self.path = path
         self.application = application
         self.stderr_tail = stderr_tail
         self.limit = limit
+        self.refusal = refusal
         shown = shown_path or str(path)
         where = f"application {application!r} ({shown})" if application else shown
         text = f"kustomize build of {where} failed: {message}" if path else message
@@ -166,30 +187,31 @@ class BuildOutput:
 
 
 def build(path: Path, *, roots: Mapping[Path, str], helper: RenderHelper | None = None, home: Path | None = None,
-          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, allow_remote: bool = False, kustomize_v3: bool = False,
-          timeout: float = 120, application: str | None = None) -> BuildOutput:
+          load_restrictor: str = LOAD_RESTRICTIONS_ROOT_ONLY, remote_proxy: str | None = None,
+          kustomize_v3: bool = False, timeout: float = 120, application: str | None = None) -> BuildOutput:
     """Build the kustomization in ``path`` with the render helper, reading nothing outside ``roots``.
 
     ``roots`` maps each directory the build may read to the name people know it by (``manifests:``); errors show
     paths by those names. ``helper`` defaults to :func:`find_render_helper`. ``load_restrictor`` is kustomize's
     (``LoadRestrictionsNone`` lets a kustomization read files outside its own folder, still inside ``roots``).
-    ``allow_remote`` lets kustomize fetch remote bases and URLs (cloned under ``home``). ``kustomize_v3`` reads the
-    tree's kustomizations and transformer configurations as kfctl's kustomize v3.2 did (unknown fields dropped, each
-    noted in :attr:`BuildOutput.notes` by the roots' names). ``home`` is the helper's
+    ``remote_proxy`` (an :class:`~kfdef_operator.build.egress.EgressProxy`'s URL) lets kustomize fetch remote bases
+    and URLs, every connection through that proxy (clones go below ``home``, in a directory of this build alone).
+    ``kustomize_v3`` reads the tree's kustomizations and transformer configurations as kfctl's kustomize v3.2 did
+    (unknown fields dropped, each noted in :attr:`BuildOutput.notes` by the roots' names). ``home`` is the helper's
     own ``HOME``/``TMPDIR`` (created when missing; default: a temporary directory). ``application`` only labels
     error messages.
     """
     if home is None:
         with tempfile.TemporaryDirectory(prefix="kfdef-render-") as temporary:
             return build(path, roots=roots, helper=helper, home=Path(temporary), load_restrictor=load_restrictor,
-                         allow_remote=allow_remote, kustomize_v3=kustomize_v3, timeout=timeout,
+                         remote_proxy=remote_proxy, kustomize_v3=kustomize_v3, timeout=timeout,
                          application=application)
     home.mkdir(parents=True, exist_ok=True)
     argv = [str((helper or find_render_helper()).path), "build", f"--load-restrictor={load_restrictor}"]
     for root in roots:
         argv.append(f"--root={root}")
-    if allow_remote:
-        argv.append("--allow-remote")
+    if remote_proxy:
+        argv.append(f"--remote-proxy={remote_proxy}")
     if kustomize_v3:
         argv.append("--kustomize-v3")
     argv.append(str(path))
@@ -200,6 +222,13 @@ def build(path: Path, *, roots: Mapping[Path, str], helper: RenderHelper | None 
                               cwd=home, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise failed(f"timed out after {timeout:g}s", stderr_tail=shown(_tail(exc.stderr or b""))) from None
+    if done.returncode in (EXIT_FAILED, EXIT_PANICKED):
+        failure = _failure(done.stdout)
+        if failure is not None:
+            message, refusal = failure
+            reason = f"exit code {done.returncode}" + (" (kustomize panicked)" if done.returncode == EXIT_PANICKED
+                                                        else "")
+            raise failed(reason, stderr_tail=shown(f"Error: {message}"), refusal=refusal)
     if done.returncode != 0:
         limit = _limit_hit(done.returncode, done.stderr)
         if done.returncode == -signal.SIGKILL:
@@ -243,8 +272,9 @@ def _limit_hit(returncode: int, stderr: bytes) -> str | None:
 
 
 def parse_output(stream: bytes | str, *, path: Path, application: str | None = None) -> BuildOutput:
-    """Read the helper's answer, ``{"confinement": str, "notes": [str, ...], "objects": [object, ...]}``; objects
-    nested deeper than :data:`safe_yaml.MAX_DEPTH` are refused."""
+    """Read the helper's answer to a build, ``{"confinement": str, "notes": [str, ...], "objects": [object, ...]}``
+    (``answer`` in tools/kfdef-render/answer.go); objects nested deeper than :data:`safe_yaml.MAX_DEPTH` are
+    refused."""
     failed = functools.partial(KustomizeError, path=path, application=application)
     try:
         answer = json.loads(stream)
@@ -264,11 +294,29 @@ def parse_output(stream: bytes | str, *, path: Path, application: str | None = N
     return BuildOutput(objects, str(answer.get("confinement", "")), tuple(notes))
 
 
+def _failure(stream: bytes) -> tuple[str, Refusal | None] | None:
+    """The error and the refused path (if any) of a failed build's answer, ``{"error": str, "violation": {"op":
+    str, "path": str, "kustomization": str}}``; None when the output is no such answer."""
+    try:
+        answer = json.loads(stream)
+    except (ValueError, RecursionError):
+        return None
+    if not (isinstance(answer, dict) and isinstance(answer.get("error"), str) and answer["error"]):
+        return None
+    violation = answer.get("violation")
+    fields = ("op", "path", "kustomization")
+    if not (isinstance(violation, dict) and all(isinstance(violation.get(name, ""), str) for name in fields)
+            and violation.get("path")):
+        return answer["error"], None
+    return answer["error"], Refusal(*(violation.get(name, "") for name in fields))
+
+
 def _tail(stderr: bytes) -> str:
-    """What a failed build said: its ``Error:`` lines without kustomize's deprecation warnings, the end of the
-    output otherwise, or for a Go crash its "fatal error"/"panic" line rather than the goroutine dump that follows."""
+    """What a helper that wrote no answer said: its ``Error:`` lines without kustomize's deprecation warnings, the
+    end of the output otherwise, or for one of Go's fatal errors (out of memory, a data race the runtime caught) its
+    "fatal error" line rather than the goroutine dump that follows."""
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
-    crash = next((i for i, line in enumerate(lines) if line.startswith(("fatal error:", "panic:"))), None)
+    crash = next((i for i, line in enumerate(lines) if line.startswith("fatal error:")), None)
     if crash is not None:
         return lines[crash]
     errors = [line for line in lines if not line.startswith("# Warning:")]

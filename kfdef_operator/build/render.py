@@ -18,10 +18,12 @@ Three modes, chosen per KfDef / application (reference sections 5 and 6):
 Builds read only the tree the KfDef names (docs/security.md, "Builds"): the package copy in legacy mode, the
 repository in plain mode (built in place) and stacks mode (its copy; kfctl's stacks reference files outside the
 package), plus the generated wrappers. Copies keep symlinks, and one resolving outside the copy fails the render.
-Before kustomize runs, ``confinement.walk`` checks every reference the build would follow and refuses remote ones
-unless remote bases are allowed. kustomize then gets the load restrictor ``LoadRestrictionsRootOnly`` where that
-suffices (always for a plain entry point, as ``kustomize build`` does) and ``LoadRestrictionsNone`` (which kfctl >=
-1.1 always used) only where the walk proved the whole tree inside. The operator's own reads and writes in the
+The render helper refuses every file outside those trees where kustomize reads it; before it runs,
+``confinement.walk`` reads the kustomizations the build would follow, refuses remote references unless remote bases
+are allowed, and records every reference, so that a path the helper refuses is named by its kustomization and field.
+kustomize gets the load restrictor ``LoadRestrictionsRootOnly`` where that suffices (always for a plain entry point,
+as ``kustomize build`` does) and ``LoadRestrictionsNone`` (which kfctl >= 1.1 always used) only where a reference
+needs another directory of the tree. The operator's own reads and writes in the
 copies stay inside them too: ``configurations:`` entries outside are left alone, json6902 patch paths outside fail
 the render, and aggregated patch files get a safe file name.
 
@@ -59,6 +61,7 @@ Deliberate deviations from kfctl:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import errno
@@ -78,8 +81,9 @@ from typing import Any, Literal
 import yaml
 
 from kfdef_operator.api.kfdef import Application, KfDef, Parameter, project_of
-from kfdef_operator.build import confinement, kustomize, safe_yaml, v3_namespace
+from kfdef_operator.build import beneath, confinement, kustomize, safe_yaml, v3_namespace
 from kfdef_operator.build.confinement import KUSTOMIZATION_FILES
+from kfdef_operator.build.egress import EgressProxy, RemoteBases
 from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
@@ -387,14 +391,15 @@ def _keep_specs(specs: Iterable[Any], dropped: list[str]) -> list[Any]:
 def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *, max_workers: int = 4,
            progress: Callable[[RenderedApplication], None] | None = None, timeout: float = 120,
            helper: kustomize.RenderHelper | None = None,
-           allow_remote_bases: bool = False) -> list[RenderedApplication]:
+           remote_bases: RemoteBases | None = None) -> list[RenderedApplication]:
     """Render every application of ``kfdef`` (in parallel) and return them in spec order.
 
     ``sources`` maps repo names to resolved local trees; ``workdir`` is this KfDef's private work directory
     (its ``kustomize/`` and kustomize's ``home/`` are recreated). ``progress`` is called as each application
     finishes. ``helper`` is the render helper to run (default: ``kustomize.find_render_helper()``);
-    ``allow_remote_bases`` lets kustomizations name remote bases and URLs (refused by default). The helper reads
-    nothing outside the application's tree and generated directory, whatever the kustomizations say.
+    ``remote_bases`` lets kustomizations name remote bases and URLs, fetched under its address policy (refused when
+    None, the default). The helper reads nothing outside the application's tree and generated directory, whatever
+    the kustomizations say.
     Raises ``RenderError`` naming the first failing application in spec order (and how many others failed).
     """
     workdir = Path(workdir).resolve()
@@ -409,11 +414,8 @@ def render(kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *
     def one(app: Application) -> RenderedApplication:
         started = time.monotonic()
         mode, build_dir, tree, warnings = _prepare(kfdef, app, sources, workdir)
-        roots = _roots(app, mode, build_dir, tree)
-        restrictor = _confine(app, mode, build_dir, roots, allow_remote_bases)
-        output = kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
-                                 load_restrictor=restrictor, allow_remote=allow_remote_bases,
-                                 kustomize_v3=mode != "plain", timeout=timeout, application=app.name)
+        output = _build(app, mode, build_dir, _roots(app, mode, build_dir, tree), workdir, helper=helper,
+                        remote_bases=remote_bases, timeout=timeout)
         result = RenderedApplication(app.name, mode, output.objects, time.monotonic() - started,
                                      (*warnings, *output.notes), output.confinement)
         if progress:
@@ -457,17 +459,39 @@ def _roots(app: Application, mode: Mode, build_dir: Path, tree: Path) -> dict[Pa
 
 
 def _confine(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path, str],
-             allow_remote_bases: bool) -> str:
-    """The load restrictor for building ``build_dir``, once ``confinement.walk`` found every reference inside
-    ``roots``; raises ``RenderError`` listing what it refused. The walk is the friendly early error (it names the
-    field); the boundary is the render helper, which enforces the same roots where kustomize reads. A plain entry
-    point always gets kustomize's default, ``LoadRestrictionsRootOnly``."""
-    found = confinement.walk(build_dir, roots, allow_remote=allow_remote_bases)
+             allow_remote: bool) -> tuple[str, confinement.Walk]:
+    """The load restrictor for building ``build_dir``, and the walk of its kustomizations (``confinement.walk``);
+    raises ``RenderError`` listing what the walk refused. A plain entry point always gets kustomize's default,
+    ``LoadRestrictionsRootOnly``."""
+    found = confinement.walk(build_dir, roots, allow_remote=allow_remote)
     if found.violations:
         shown = "; ".join(str(v) for v in found.violations[:5])
         more = f" (and {len(found.violations) - 5} more)" if len(found.violations) > 5 else ""
         raise RenderError(app.name, f"refused to build: {shown}{more}")
-    return confinement.LOAD_RESTRICTIONS_ROOT_ONLY if mode == "plain" else found.load_restrictor
+    return confinement.LOAD_RESTRICTIONS_ROOT_ONLY if mode == "plain" else found.load_restrictor, found
+
+
+def _build(app: Application, mode: Mode, build_dir: Path, roots: Mapping[Path, str], workdir: Path, *,
+           helper: kustomize.RenderHelper, remote_bases: RemoteBases | None, timeout: float) -> kustomize.BuildOutput:
+    """Build ``build_dir`` with the render helper, reading nothing outside ``roots`` and, when remote bases are
+    allowed, connecting through a proxy of this build alone. A path the helper refused is named by the
+    kustomization and field that lead there, when the walk found them; a connection the proxy refused by why."""
+    restrictor, found = _confine(app, mode, build_dir, roots, remote_bases is not None)
+    with contextlib.ExitStack() as stack:
+        proxy = stack.enter_context(EgressProxy(remote_bases)) if remote_bases is not None else None
+        try:
+            return kustomize.build(build_dir, roots=roots, helper=helper, home=workdir / "home",
+                                   load_restrictor=restrictor, remote_proxy=proxy.url if proxy else None,
+                                   kustomize_v3=mode != "plain", timeout=timeout, application=app.name)
+        except kustomize.KustomizeError as error:
+            if proxy is not None and proxy.refusals:
+                more = f" (and {len(proxy.refusals) - 1} more)" if len(proxy.refusals) > 1 else ""
+                raise RenderError(app.name, f"refused to fetch a remote base or URL: {proxy.refusals[0]}{more}"
+                                  ) from error
+            named = found.explain(error.refusal.path) if error.refusal else None
+            if named is None:
+                raise
+            raise RenderError(app.name, f"refused to build: {named}") from error
 
 
 def _prepare(kfdef: KfDef, app: Application, sources: Mapping[str, ResolvedSource],
@@ -526,15 +550,14 @@ def _stacks_copy(source: ResolvedSource, workdir: Path, paths: Sequence[str]) ->
     return dataclasses.replace(source, local_path=target)
 
 
-def _copy_failure(error: shutil.Error, source: Path, application: str, shown_as: str,
-                  subject: str | None) -> RenderError:
-    """The first file a copy could not write, named as people know it; a file over the render's file-size limit
+def _copy_failure(error: OSError, source: Path, application: str, shown_as: str, subject: str | None) -> RenderError:
+    """The file a copy could not read or write, named as people know it; a file over the render's file-size limit
     (RLIMIT_FSIZE) keeps that cause, so the limit is reported."""
-    path, _, why = error.args[0][0] if error.args and error.args[0] else (str(source), "", str(error))
-    name = Path(path).relative_to(source).as_posix() if Path(path).is_relative_to(source) else Path(path).name
-    too_large = f"[Errno {errno.EFBIG}]" in why
+    path = Path(error.filename or source)
+    name = path.relative_to(source).as_posix() if path.is_relative_to(source) else path.name
+    too_large = error.errno == errno.EFBIG
     failure = RenderError(application, f"cannot copy {shown_as}{name}: "
-                                       f"{'file too large' if too_large else why.split(': ')[0]}", subject=subject)
+                                       f"{'file too large' if too_large else error.strerror}", subject=subject)
     failure.__cause__ = OSError(errno.EFBIG, "File too large") if too_large else None
     return failure
 
@@ -544,22 +567,23 @@ MAX_COPIED_ENTRIES = 100_000
 
 
 def _copy_tree(source: Path, target: Path, application: str, shown_as: str, *, subject: str | None = None) -> None:
-    """Copy ``source`` to ``target`` keeping symlinks. Fails, leaving no copy behind, when the tree holds more than
-    :data:`MAX_COPIED_ENTRIES` entries or a symlink resolves outside the copy."""
+    """Copy ``source`` to ``target`` keeping symlinks (``beneath.copy_tree``: nothing swapped for a symlink during
+    the copy takes it outside ``source``). Fails, leaving no copy behind, when the tree holds more than
+    :data:`MAX_COPIED_ENTRIES` entries, something other than files, directories and symlinks, or a symlink resolving
+    outside the copy."""
     copied = 0
 
-    def count(_directory: str, names: list[str]) -> list[str]:
+    def count(names: list[str]) -> None:
         nonlocal copied
         copied += len(names)
         if copied > MAX_COPIED_ENTRIES:
             raise RenderError(application, f"{shown_as} holds more than {MAX_COPIED_ENTRIES} files and directories",
                               subject=subject)
-        return []
 
     try:
         try:
-            shutil.copytree(source, target, symlinks=True, ignore=count)
-        except shutil.Error as error:  # copytree gathers per-file failures as text
+            beneath.copy_tree(source, target, count)
+        except OSError as error:
             raise _copy_failure(error, source, application, shown_as, subject)  # noqa: B904 (cause set there)
         escaping = [f"{shown_as}{link.relative_to(target).as_posix()} -> {link_target}"
                     for link, link_target in confinement.escaping_symlinks(target)]
@@ -612,11 +636,14 @@ def _write_legacy_kustomization(kfdef: KfDef, app: Application, app_dir: Path, b
     for aggregated, parts in merged.json6902_files.items():
         contents = []
         for part in parts:
-            if not _inside_copy(app_dir, part):
+            try:
+                with open(app_dir / part, "rb", opener=beneath.opener([app_dir])) as patch:
+                    contents.append(patch.read())
+            except beneath.Outside:
                 raise RenderError(app.name, f"patchesJson6902 path {part!r} leads outside {config.repo_ref.path}; "
-                                            "a patch must be a file of the package")
-            if (app_dir / part).is_file():
-                contents.append((app_dir / part).read_bytes())
+                                            "a patch must be a file of the package") from None
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                pass  # kfctl skipped a patch file that is not there
         _detach(app_dir / aggregated)
         with open(app_dir / aggregated, "ab") as out:  # kfctl appended, so a file already there is kept
             out.writelines(contents)
@@ -640,9 +667,7 @@ def _make_copy_v5_compatible(root: Path, application: str, entry_points: Sequenc
     for directory in directories:
         path, kustomization = tree.kustomization(directory)  # type: ignore[misc]  # listed: it has one
         for config_name in kustomization.get("configurations") or ():
-            # Entries leaving the copy are not touched here; the build's confinement check refuses them.
-            if isinstance(config_name, str) and _inside_copy(directory, config_name, root) \
-                    and (directory / config_name).is_file():
+            if isinstance(config_name, str):
                 warnings.extend(_sanitize_configuration(directory / config_name, root))
         if directory in rewrite:
             converted, transformer = namespace_as_transformer(kustomization)
@@ -652,9 +677,11 @@ def _make_copy_v5_compatible(root: Path, application: str, entry_points: Sequenc
 
 
 def _sanitize_configuration(path: Path, app_dir: Path) -> list[str]:
+    """Drop the numeric field specs of the ``configurations:`` file at ``path`` in the copy ``app_dir``. A file
+    outside the copy is never read or written (the render helper refuses it where kustomize reads it)."""
     try:
-        config = safe_yaml.read_file(path)
-    except yaml.YAMLError:
+        config = safe_yaml.read_file(path, opener=beneath.opener([app_dir]))
+    except (beneath.Outside, FileNotFoundError, IsADirectoryError, NotADirectoryError, yaml.YAMLError):
         return []  # kustomize reports it when a build uses it
     if not isinstance(config, Mapping):
         return []
@@ -708,10 +735,3 @@ def _detach(path: Path) -> None:
         content = path.read_bytes() if path.exists() else b""
         path.unlink()
         path.write_bytes(content)
-
-
-def _inside_copy(directory: Path, reference: str, copy_root: Path | None = None) -> bool:
-    """Whether ``reference``, written in ``directory``, stays inside ``copy_root`` (default ``directory``) under
-    every reading (``confinement.resolve_reference``)."""
-    root = Path(os.path.realpath(copy_root or directory))
-    return all(confinement.inside(target, root) for target in confinement.resolve_reference(directory, reference))

@@ -9,7 +9,7 @@ C) by the fast loader.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +59,14 @@ def load(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def read_file(path: Path, *, max_bytes: int = MAX_YAML_BYTES, max_depth: int = MAX_DEPTH,
-              all_documents: bool = False) -> Any:
-    """Parse the YAML file at ``path`` (one document, or a list of all when ``all_documents``) within the limits.
+              all_documents: bool = False, opener: Callable[[str, int], int] | None = None) -> Any:
+    """Parse the YAML file at ``path`` (one document, or a list of all when ``all_documents``) within the limits,
+    opened by ``opener`` when given (as the builtin ``open`` takes it).
 
     Raises ``OSError`` when it cannot be read and :class:`yaml.YAMLError` (:class:`YamlLimitError` for the limits)
     when it is not acceptable YAML.
     """
-    with open(path, "rb") as stream:
+    with open(path, "rb", opener=opener) as stream:
         data = stream.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise YamlLimitError(f"larger than the {max_bytes}-byte limit for YAML the operator parses")

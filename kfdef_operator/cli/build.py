@@ -18,6 +18,7 @@ from kfdef_operator.cli.kfdef_file import check_kfdef, read_kfdef
 from kfdef_operator.cli.output import output_target, write
 from kfdef_operator.cli.rendering import Progress, default_cache_dir, render_kfdef
 from kfdef_operator.controller.runner import add_build_arguments, renderer_from
+from kfdef_operator.source.network import ANY, NetworkPolicy
 from kfdef_operator.upgrade import convert as upgrade
 
 
@@ -35,7 +36,8 @@ def add_render_arguments(parser: argparse.ArgumentParser) -> None:
 def renderer_for(args: argparse.Namespace) -> IsolatedRender:
     """The renderer the arguments ask for, as the operator renders (:class:`BadInput` for a bad limit)."""
     try:
-        return renderer_from(args, max_workers=args.jobs)
+        # remote bases, like sources, from any network its user can reach
+        return renderer_from(args, networks=NetworkPolicy(allowed=ANY), max_workers=args.jobs)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
 

@@ -78,7 +78,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
 def _log_renderer(renderer: IsolatedRender) -> None:
     """Which kustomize renders and under which rules, once at start."""
-    remote = "allowed (--no-remote-bases=false)" if renderer.allow_remote_bases else "refused"
+    remote = (f"allowed (--no-remote-bases=false; {renderer.remote_bases.describe()})" if renderer.remote_bases
+              else "refused")
     try:
         log.info("rendering with %s; remote bases %s; render limits: %s", find_render_helper().describe(), remote,
                  renderer.limits.describe())

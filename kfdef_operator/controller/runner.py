@@ -20,6 +20,7 @@ from pathlib import Path
 import kopf
 
 from kfdef_operator.api.kfdef import parse_duration, service_account_name_problem
+from kfdef_operator.build.egress import RemoteBases
 from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
 from kfdef_operator.controller import preflight
 from kfdef_operator.controller.log_filters import RetriedThrottling
@@ -27,6 +28,7 @@ from kfdef_operator.controller.reconciler import Settings
 from kfdef_operator.controller.scope import election_namespace, instance_identity, lease_name, watched_namespaces
 from kfdef_operator.runtime.election import ElectionConfig
 from kfdef_operator.runtime.memory import limit_malloc_arenas, limit_tls_read_buffers
+from kfdef_operator.source.network import NetworkPolicy
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -48,10 +50,13 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
              "or $KFDEF_NO_REMOTE_BASES. --no-remote-bases=false lets kustomize fetch them (docs/security.md)")
 
 
-def renderer_from(args: argparse.Namespace, **settings: int) -> IsolatedRender:
-    """The renderer the command line asks for; render limits come from ``KFDEF_RENDER_*`` (``ValueError`` names a
-    bad one)."""
-    return IsolatedRender(allow_remote_bases=not args.no_remote_bases, limits=RenderLimits.from_env(), **settings)
+def renderer_from(args: argparse.Namespace, *, networks: NetworkPolicy | None = None,
+                  **settings: int) -> IsolatedRender:
+    """The renderer the command line asks for; render limits come from ``KFDEF_RENDER_*``, and remote bases (when
+    ``--no-remote-bases=false``) are fetched under the source fetches' settings, ``networks`` replacing their
+    address policy when given (``ValueError`` names a bad setting)."""
+    remote = None if args.no_remote_bases else RemoteBases.from_env(networks=networks)
+    return IsolatedRender(remote_bases=remote, limits=RenderLimits.from_env(), **settings)
 
 
 class JsonFormatter(logging.Formatter):

@@ -267,6 +267,12 @@ class TarballServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def __enter__(self) -> TarballServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 # --- certificates ------------------------------------------------------------------------------------------
 

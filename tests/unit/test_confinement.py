@@ -1,5 +1,7 @@
-"""The build confinement walker: every kind of reference inside and outside the tree, symlinks, absolute paths,
-remote bases refused or allowed, hostile kustomizations, the load restrictor it picks, and Kubeflow's own trees."""
+"""The walk of a build's kustomizations: every kind of reference inside and outside the tree, symlinks, absolute
+paths, remote bases refused or allowed, hostile kustomizations, the load restrictor it picks, and Kubeflow's own
+trees. A reference leaving the tree is refused by the render helper where kustomize reads it; the walk names the
+kustomization and field that lead there (those tests run the helper: marked ``kustomize``)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfdef_operator.build import confinement, safe_yaml
+from kfdef_operator.build import confinement, kustomize, safe_yaml
 from kfdef_operator.build.confinement import (
     LOAD_RESTRICTIONS_NONE,
     LOAD_RESTRICTIONS_ROOT_ONLY,
+    Violation,
     is_remote,
     path_segment,
     walk,
@@ -93,15 +96,28 @@ def check(tree: Path, app: Path, **kwargs) -> confinement.Walk:
     return walk(app, {tree: "manifests:"}, **kwargs)
 
 
+def refused(app: Path, roots: dict[Path, str], home: Path) -> Violation | None:
+    """What the build of ``app`` is refused for, as the operator says it: the path the render helper refused, named
+    by the walk (None when the helper refused nothing; the build must fail all the same)."""
+    found = walk(app, roots)
+    assert found.violations == []
+    with pytest.raises(kustomize.KustomizeError) as failed:
+        kustomize.build(app, roots=roots, home=home, load_restrictor=found.load_restrictor)
+    assert "operator secret" not in str(failed.value)
+    return found.explain(failed.value.refusal.path) if failed.value.refusal else None
+
+
+@pytest.mark.kustomize
 @pytest.mark.parametrize("name, content, field_name", FILE_FIELDS, ids=[f[0] for f in FILE_FIELDS])
 @pytest.mark.parametrize("ref", ["/etc/passwd", "../../outside/secret.txt", "../escape/secret.txt",
                                  "../common/../../outside/secret.txt"],
                          ids=["absolute", "relative", "symlink leaving the tree", "through a sibling"])
-def test_each_file_reference_leaving_the_tree_is_refused(tree, name, content, field_name, ref):
-    found = check(tree, kustomization(tree, content, ref, field_name))
-    assert [(v.kustomization, v.field, v.reference) for v in found.violations] == [
-        ("manifests:app/kustomization.yaml", field_name, ref)], found.violations
-    assert "leads outside the repository tree the KfDef names" in str(found.violations[0])
+def test_each_file_reference_leaving_the_tree_is_refused(tree, tmp_path, name, content, field_name, ref):
+    violation = refused(kustomization(tree, content, ref, field_name), {tree: "manifests:"}, tmp_path / "home")
+    assert violation is not None
+    assert (violation.kustomization, violation.field, violation.reference) == (
+        "manifests:app/kustomization.yaml", field_name, ref), violation
+    assert "leads outside the repository tree the KfDef names" in str(violation)
 
 
 @pytest.mark.parametrize("name, content, field_name", FILE_FIELDS, ids=[f[0] for f in FILE_FIELDS])
@@ -113,27 +129,40 @@ def test_each_file_reference_inside_the_tree_is_accepted(tree, name, content, fi
     assert found.load_restrictor == (LOAD_RESTRICTIONS_NONE if ref.startswith("..") else LOAD_RESTRICTIONS_ROOT_ONLY)
 
 
+@pytest.mark.kustomize
 @pytest.mark.parametrize("field_name, shown", DIRECTORY_FIELDS)
-def test_kustomization_directories_are_followed_and_refused_outside(tree, field_name, shown):
+def test_kustomization_directories_are_followed_and_refused_outside(tree, tmp_path, field_name, shown):
     write(tree / "common" / "kustomization.yaml", {"resources": ["shared.yaml"], "configMapGenerator": [
         {"name": "leak", "files": ["/var/run/secrets/kubernetes.io/serviceaccount/token"]}]})
-    found = check(tree, kustomization(tree, {field_name: ["../common"]}, ""))
-    assert [(v.kustomization, v.field) for v in found.violations] == [
-        ("manifests:common/kustomization.yaml", "configMapGenerator[0].files[0]")]  # found transitively
-    assert found.kustomizations == 2
+    app = kustomization(tree, {field_name: ["../common"]}, "")
+    if field_name == "components":
+        write(tree / "common" / "kustomization.yaml", {"kind": "Component", "configMapGenerator": [
+            {"name": "leak", "files": ["/var/run/secrets/kubernetes.io/serviceaccount/token"]}]})
+    violation = refused(app, {tree: "manifests:"}, tmp_path / "home")
+    assert violation is not None
+    assert (violation.kustomization, violation.field) == (
+        "manifests:common/kustomization.yaml", "configMapGenerator[0].files[0]")  # found transitively
+    assert check(tree, app).kustomizations == 2
     for outside in ("../escape", "../../outside"):
-        found = check(tree, kustomization(tree, {field_name: [outside]}, ""))
-        assert [(v.field, v.reference) for v in found.violations] == [(shown, outside)]
-        assert found.kustomizations == 1  # the outside kustomization is never read
+        app = kustomization(tree, {field_name: [outside]}, "")
+        violation = refused(app, {tree: "manifests:"}, tmp_path / "home")
+        assert violation is not None and (violation.field, violation.reference) == (shown, outside)
+        assert check(tree, app).kustomizations == 1  # the outside kustomization is never read
 
 
-def test_dotdot_after_a_symlink_is_checked_as_the_os_reads_it(tree, tmp_path):
-    """``link/../x`` is ``x`` to kustomize's path cleaning but the link target's sibling to the OS."""
+@pytest.mark.kustomize
+def test_dotdot_after_a_symlink_never_reaches_the_link_targets_parent(tree, tmp_path):
+    """``link/../x`` is ``x`` to kustomize's path cleaning but the link target's sibling to the OS: kustomize cleans
+    the path before it asks for it, so it asks for ``x`` in the kustomization's own folder (absent here). The helper
+    refuses the OS reading too (tools/kfdef-render/internal/confinedfs TestAllowed)."""
     (tmp_path / "outside" / "deeper").mkdir()
     (tree / "app" / "deep-link").symlink_to(tmp_path / "outside" / "deeper")
-    found = check(tree, kustomization(tree, {"configMapGenerator": [{"name": "c", "files": [REF]}]},
-                                      "deep-link/../secret.txt"))
-    assert [v.reference for v in found.violations] == ["deep-link/../secret.txt"]
+    app = kustomization(tree, {"configMapGenerator": [{"name": "c", "files": [REF]}]}, "deep-link/../secret.txt")
+    found = check(tree, app)
+    assert [r.target for r in found.references] == [str(tree / "app" / "secret.txt")]
+    with pytest.raises(kustomize.KustomizeError, match="secret.txt") as failed:
+        kustomize.build(app, roots={tree: "manifests:"}, home=tmp_path / "home")
+    assert "operator secret" not in str(failed.value)
 
 
 REMOTE = ["https://raw.githubusercontent.com/org/repo/main/cm.yaml", "http://127.0.0.1:8080/token",
@@ -142,15 +171,25 @@ REMOTE = ["https://raw.githubusercontent.com/org/repo/main/cm.yaml", "http://127
           "file:///srv/git/repo.git", "s3::https://bucket/x"]
 
 
+NOT_OVER_HTTP = {"git@github.com:org/repo.git": "ssh", "ssh://git@host/repo.git": "ssh",
+                 "file:///srv/git/repo.git": "file://"}
+
+
 @pytest.mark.parametrize("ref", REMOTE)
-def test_remote_bases_and_urls_are_refused_unless_allowed(tree, ref):
+def test_remote_bases_and_urls_are_refused_unless_allowed_and_fetched_over_http(tree, ref):
     app = kustomization(tree, {"resources": [REF], "configMapGenerator": [{"name": "c", "files": [f"k={REF}"]}]}, ref)
     found = check(tree, app)
     assert [(v.field, v.reference) for v in found.violations] == [("resources[0]", ref),
                                                                     ("configMapGenerator[0].files[0]", ref)]
     assert "is remote; remote bases and URLs are refused" in str(found.violations[0])
     assert "--no-remote-bases=false" in str(found.violations[0])
-    assert check(tree, app, allow_remote=True).violations == []
+    allowed = check(tree, app, allow_remote=True)
+    if ref not in NOT_OVER_HTTP:
+        assert allowed.violations == []
+        return
+    assert [(v.field, v.reference) for v in allowed.violations] == [("resources[0]", ref),
+                                                                      ("configMapGenerator[0].files[0]", ref)]
+    assert NOT_OVER_HTTP[ref] in allowed.violations[0].problem and "https://" in allowed.violations[0].problem
 
 
 @pytest.mark.parametrize("reference", ["base", "../base/deploy.yaml", "a:b.yaml", "patch-github.com.yaml",
@@ -171,11 +210,13 @@ def test_helm_and_directory_plugins_are_refused(tree):
         ("transformers[0]", "is a directory")]
 
 
-def test_inline_patches_are_not_paths_but_cannot_hide_one(tree):
+@pytest.mark.kustomize
+def test_inline_patches_are_not_paths_but_cannot_hide_one(tree, tmp_path):
     inline = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: b}\n"
-    found = check(tree, kustomization(tree, {"patchesStrategicMerge": [inline, "a: b/../../../../../../etc/passwd"]},
-                                      ""))
-    assert [v.reference for v in found.violations] == ["a: b/../../../../../../etc/passwd"]
+    app = kustomization(tree, {"resources": ["inside.yaml"],
+                               "patchesStrategicMerge": [inline, "a: b/../../../../../../etc/passwd"]}, "")
+    violation = refused(app, {tree: "manifests:"}, tmp_path / "home")
+    assert violation is not None and violation.reference == "a: b/../../../../../../etc/passwd"
 
 
 def test_hostile_kustomizations_are_refused_not_parsed(tree, monkeypatch):
@@ -197,15 +238,16 @@ def test_cycles_end(tree):
     assert found.violations == [] and found.kustomizations == 2
 
 
+@pytest.mark.kustomize
 def test_generated_roots_are_allowed_and_named(tree, tmp_path):
     wrapper = write(tmp_path / "work" / "kustomize" / "app" / "kustomization.yaml",
                     {"resources": [os.path.relpath(tree / "app", tmp_path / "work" / "kustomize" / "app")],
                      "configMapGenerator": [{"name": "x", "files": ["/etc/hostname"]}]}).parent
     write(tree / "app" / "kustomization.yaml", {"resources": ["inside.yaml"]})
-    found = walk(wrapper, {tree: "manifests:", wrapper: "(generated for app)/"})
-    assert [str(v) for v in found.violations] == [
+    violation = refused(wrapper, {tree: "manifests:", wrapper: "(generated for app)/"}, tmp_path / "home")
+    assert str(violation) == (
         "(generated for app)/kustomization.yaml: configMapGenerator[0].files[0] '/etc/hostname' leads outside the "
-        "repository tree the KfDef names"]
+        "repository tree the KfDef names")
 
 
 def test_escaping_symlinks_are_listed(tree):

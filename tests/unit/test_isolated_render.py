@@ -214,7 +214,8 @@ sleep 1; echo '{{"objects":[]}}'""")
 
 
 def test_the_fork_server_stops_when_no_render_came_for_its_idle_time(tmp_path, monkeypatch):
-    monkeypatch.setattr(isolated, "_FORK_SERVER", ForkServer(isolated._environment(tmp_path), idle_seconds=0.3))
+    monkeypatch.setattr(isolated, "_FORK_SERVER", ForkServer(isolated._environment(tmp_path), isolated.RENDER_ENTRY,
+                                                                idle_seconds=0.3))
     monkeypatch.setenv("KFDEF_RENDER_HELPER", str(fake_helper(tmp_path / "ok", "echo '{\"objects\":[]}'")))
     IsolatedRender()(kfdef_of(), package(tmp_path, {}), tmp_path / "work")
     server = isolated._FORK_SERVER.pid
@@ -242,7 +243,8 @@ def test_a_render_the_fork_server_cannot_watch_is_stopped_and_the_reason_answere
     stdio = [os.open(os.devnull, os.O_RDWR) for _ in range(3)]
     children: dict[int, int] = {}
     try:  # the render's cwd is missing, so a render left running would only exit by itself
-        forkserver._spawn(server_end, {"spawn": 7, "cwd": str(tmp_path / "missing"), "env": {}}, stdio, children)
+        forkserver._spawn(server_end, {"spawn": 7, "cwd": str(tmp_path / "missing"), "env": {}}, stdio, children,
+                          lambda: 0)
         answer = json.loads(operator_end.recv(65536))
     finally:
         for descriptor in stdio:

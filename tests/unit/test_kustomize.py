@@ -173,6 +173,28 @@ def test_a_helper_stopped_by_a_resource_limit_says_which(tmp_path, script, limit
     assert caught.value.limit == limit
 
 
+def test_a_failed_build_is_read_from_the_helpers_answer(tmp_path):
+    """Exit code 1: the answer says why and which path the boundary refused; exit code 3: kustomize panicked, and
+    the message is the panic, not the goroutine dump after it."""
+    kustomization = f"{tmp_path}/kustomization.yaml"
+    refused = {"confinement": "c", "notes": [], "objects": None, "error": f"{tmp_path}/app/x.yaml: refused",
+               "violation": {"op": "ReadFile", "path": "/etc/passwd", "kustomization": kustomization}}
+    script = f"echo '{json.dumps(refused)}'; echo 'Error: {tmp_path}/app/x.yaml: refused' >&2; exit 1"
+    with pytest.raises(KustomizeError) as caught:
+        build(tmp_path, roots={tmp_path: "t:"}, helper=helper_of(fake_helper(tmp_path / "k", script)),
+              home=tmp_path / "h")
+    assert caught.value.refusal == kustomize.Refusal("ReadFile", "/etc/passwd", kustomization)
+    assert caught.value.stderr_tail == "Error: t:app/x.yaml: refused" and str(tmp_path) not in str(caught.value)
+    panicked = {"error": "kustomize panicked: runtime error: index out of range [-1]"}
+    script = (f"echo '{json.dumps(panicked)}'; printf 'Error: {panicked['error']}\\ngoroutine 1 [running]:\\n"
+              "main.main()\\n' >&2; exit 3")
+    with pytest.raises(KustomizeError) as caught:
+        build(tmp_path, roots={tmp_path: "t:"}, helper=helper_of(fake_helper(tmp_path / "k", script)),
+              home=tmp_path / "h")
+    assert "exit code 3 (kustomize panicked)" in str(caught.value) and caught.value.refusal is None
+    assert caught.value.stderr_tail == f"Error: {panicked['error']}" and "goroutine" not in str(caught.value)
+
+
 def test_timeout_is_reported(tmp_path):
     slow = fake_helper(tmp_path / "slow-helper", "echo starting >&2\nexec sleep 30")
     with pytest.raises(KustomizeError, match=r"timed out after 0.3s"):

@@ -4,6 +4,7 @@ at the level of ``render``; ``tests/reliability/test_build_trust.py`` runs the s
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import pytest
 import yaml
 
 from kfdef_operator.api.kfdef import KfDef, parse_kfdef
+from kfdef_operator.build.egress import RemoteBases
 from kfdef_operator.build.render import RenderError, aggregated_patch_file, render
+from kfdef_operator.source.network import NetworkPolicy
 from kfdef_operator.source.resolve import ResolvedSource
 
 pytestmark = pytest.mark.kustomize  # every test renders through the render helper
@@ -121,8 +124,9 @@ def test_remote_bases_are_refused_by_default_and_reach_kustomize_when_allowed(re
     base(repo, resources=["cm.yaml", "https://127.0.0.1:9/base.yaml"])
     with pytest.raises(RenderError, match="resources\\[1\\] 'https://127.0.0.1:9/base.yaml' is remote"):
         render(kfdef_of(), sources(repo), tmp_path / "work")
+    loopback = RemoteBases(NetworkPolicy(allowed=(ipaddress.ip_network("127.0.0.1/32"),)))
     with pytest.raises(RenderError) as caught:
-        render(kfdef_of(), sources(repo), tmp_path / "work", allow_remote_bases=True)
+        render(kfdef_of(), sources(repo), tmp_path / "work", remote_bases=loopback)
     assert "is remote" not in str(caught.value) and "kustomize build" in str(caught.value)  # kustomize tried
 
 

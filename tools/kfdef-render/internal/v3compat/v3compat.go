@@ -1,4 +1,6 @@
-package main
+// Package v3compat reads the kustomizations and transformer configurations of a tree written for kfctl's kustomize
+// v3.2 as kustomize v5 accepts them, with the meaning v3.2 gave them (see Reader).
+package v3compat
 
 import (
 	"encoding/json"
@@ -15,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// v3Reader hands kustomize v5 the kustomizations and transformer configurations of a tree written for kfctl's
+// Reader hands kustomize v5 the kustomizations and transformer configurations of a tree written for kfctl's
 // kustomize v3.2 in the form v5 accepts, with the meaning v3.2 gave them (sigs.k8s.io/kustomize/v3 v3.2.0):
 //
 //   - transformer configurations: v3.2 decoded them without refusing unknown fields
@@ -27,26 +29,27 @@ import (
 //
 // When a file loses a field it is handed over re-encoded, and the field is noted; a file v5 reads as it is
 // reaches it unchanged.
-type v3Reader struct {
+type Reader struct {
 	configurations map[string]bool // transformer configurations named by the kustomizations read so far
 	notes          []string
 	noted          map[string]bool
-	// listNamespaceSpecs holds "Kind|path" of namespace fieldSpecs found to reach a list (see skipListNamespaceSpec).
+	// listNamespaceSpecs holds "Kind|path" of namespace fieldSpecs found to reach a list (see SkipListNamespaceSpec).
 	listNamespaceSpecs map[string]bool
 }
 
-func newV3Reader() *v3Reader {
-	return &v3Reader{configurations: map[string]bool{}, noted: map[string]bool{}, listNamespaceSpecs: map[string]bool{}}
+// NewReader returns a Reader that has read nothing yet.
+func NewReader() *Reader {
+	return &Reader{configurations: map[string]bool{}, noted: map[string]bool{}, listNamespaceSpecs: map[string]bool{}}
 }
 
 var nonScalarNamespaceSpec = regexp.MustCompile(
 	`namespace field specs must target scalar nodes: considering field '([^']+)' of object ([A-Za-z0-9]+)\.`)
 
-// skipListNamespaceSpec reads a failed build's error: a namespace fieldSpec of a transformer configuration that
+// SkipListNamespaceSpec reads a failed build's error: a namespace fieldSpec of a transformer configuration that
 // reaches a list (an OperatorGroup's spec/targetNamespaces). v3.2 left such a value as it was (its namespace
 // transformer changes strings and the default ServiceAccount's subjects only); v5 refuses it. It returns true when
 // the fieldSpec is new, so that a build without it is worth trying.
-func (r *v3Reader) skipListNamespaceSpec(err error) bool {
+func (r *Reader) SkipListNamespaceSpec(err error) bool {
 	found := nonScalarNamespaceSpec.FindStringSubmatch(err.Error())
 	if found == nil {
 		return false
@@ -60,7 +63,7 @@ func (r *v3Reader) skipListNamespaceSpec(err error) bool {
 }
 
 // withoutListNamespaceSpecs removes from config the namespace fieldSpecs known to reach a list; true if it did.
-func (r *v3Reader) withoutListNamespaceSpecs(path string, config *v3TransformerConfig) bool {
+func (r *Reader) withoutListNamespaceSpecs(path string, config *v3TransformerConfig) bool {
 	kept := config.NameSpace[:0]
 	var removed []string
 	for _, spec := range config.NameSpace {
@@ -105,7 +108,8 @@ type v3NameReference struct {
 	FieldSpecs types.FsSlice `json:"fieldSpecs,omitempty"`
 }
 
-func isKustomizationFile(path string) bool {
+// IsKustomizationFile reports whether path names a kustomization by its file name.
+func IsKustomizationFile(path string) bool {
 	base := filepath.Base(path)
 	for _, name := range konfig.RecognizedKustomizationFileNames() {
 		if base == name {
@@ -115,11 +119,14 @@ func isKustomizationFile(path string) bool {
 	return false
 }
 
-// read returns what kustomize gets for the file at path whose bytes are data.
-func (r *v3Reader) read(path string, data []byte) []byte {
-	clean := filepath.Clean(absolute(path))
+// Read returns what kustomize gets for the file at path whose bytes are data.
+func (r *Reader) Read(path string, data []byte) []byte {
+	clean, err := filepath.Abs(path)
+	if err != nil {
+		return data
+	}
 	switch {
-	case isKustomizationFile(clean):
+	case IsKustomizationFile(clean):
 		out, configurations := r.kustomization(clean, data)
 		for _, configuration := range configurations {
 			if !filepath.IsAbs(configuration) {
@@ -145,7 +152,7 @@ func (r *v3Reader) read(path string, data []byte) []byte {
 
 // kustomization returns the kustomization at path as v5 takes it (without the fields only v3.2 knew, each noted)
 // and the transformer configurations it names.
-func (r *v3Reader) kustomization(path string, data []byte) ([]byte, []string) {
+func (r *Reader) kustomization(path string, data []byte) ([]byte, []string) {
 	asJSON, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return data, nil // kustomize reports it
@@ -203,7 +210,7 @@ func asList(value any) []any {
 
 // decode reads data into target as v3.2 did (unknown fields ignored); it returns the re-encoded file and true
 // when that dropped fields.
-func (r *v3Reader) decode(path string, data []byte, target any) ([]byte, bool) {
+func (r *Reader) decode(path string, data []byte, target any) ([]byte, bool) {
 	asJSON, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, false // kustomize reports it
@@ -229,8 +236,11 @@ func (r *v3Reader) decode(path string, data []byte, target any) ([]byte, bool) {
 	return encoded, true
 }
 
+// Notes names each field dropped so far, once, in the order met.
+func (r *Reader) Notes() []string { return append([]string(nil), r.notes...) }
+
 // note records each dropped field of the file at path once.
-func (r *v3Reader) note(path string, fields []string, why string) {
+func (r *Reader) note(path string, fields []string, why string) {
 	for _, field := range fields {
 		note := fmt.Sprintf("%s: %s dropped from %s", path, field, why)
 		if !r.noted[note] {
