@@ -4,7 +4,8 @@ The operator reads files with its own identity, so a KfDef naming ``/var/run/sec
 or its work directory would read what its author cannot. Local sources are therefore allowed only inside the
 directories the operator's admin lists (``KFDEF_LOCAL_SOURCE_ROOTS``; none by default), after symlinks are
 resolved, and never inside ``FetchOptions.private_dirs`` (the operator's work directory, which holds every
-other KfDef's sources). ``kfdef-operator build`` runs as its user and reads whatever the user can.
+other KfDef's sources) nor above one (a source holding the work directory would read it whole).
+``kfdef-operator build`` runs as its user and reads whatever the user can.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ def check_local_root(repo: Repo, path: Path, options: FetchOptions) -> Path:
     real = path.resolve()
     if options.local_roots is None:
         return real
-    if any(inside(real, Path(d).resolve()) for d in options.private_dirs):
-        raise SourceError(repo.name, repo.uri, f"{path} is inside the operator's own work directory, which is never "
-                                               "read as a source")
+    for private in (Path(d).resolve() for d in options.private_dirs):
+        if inside(real, private) or inside(private, real):
+            where = "inside" if inside(real, private) else "holds"
+            raise SourceError(repo.name, repo.uri, f"{path} is {where} the operator's own work directory, which is "
+                                                   "never read as a source")
     roots = [Path(r).resolve() for r in options.local_roots]
     if not any(inside(real, root) for root in roots):
         allowed = ", ".join(str(r) for r in roots) or "none"

@@ -352,6 +352,15 @@ def test_directory_is_used_in_place_with_a_content_revision(tmp_path, cache, loc
         fetch(str(tree), cache, local)
 
 
+def test_a_directory_inside_or_holding_the_work_directory_is_refused(tmp_path, cache, local):
+    """Issue 39, item 5: the work directory holds every KfDef's sources; a source above it would read them all."""
+    (tmp_path / "cache" / "sources").mkdir(parents=True)
+    for uri, where in ((tmp_path / "cache" / "sources", "is inside"), (tmp_path, "holds")):
+        with pytest.raises(SourceError, match=f"{where} the operator's own work directory") as caught:
+            fetch(str(uri), cache, local)
+        assert not caught.value.transient
+
+
 def test_missing_path_explains_where_it_looked(tmp_path, cache, local):
     with pytest.raises(SourceError, match="does not exist.*relative to") as caught:
         fetch("nope/manifests", cache, replace(local, base_dir=tmp_path))
