@@ -40,22 +40,23 @@ def local_path(repo: Repo, options: FetchOptions) -> Path:
 def check_local_root(repo: Repo, path: Path, options: FetchOptions) -> Path:
     """``path`` with its symlinks resolved, if the operator allows reading it; else a SourceError.
 
-    Checked before anything is read, so whether a file outside the roots exists is not revealed either.
+    Checked before anything is read, so whether a file outside the roots exists is not revealed either. The
+    refusal names the repo by its URI as the KfDef spells it, never the operator's layout (its roots, its work
+    directory, the path a relative URI or a symlink resolves to), and says why only of paths inside the roots.
     """
     real = path.resolve()
     if options.local_roots is None:
         return real
+    if not any(inside(real, Path(root).resolve()) for root in options.local_roots):
+        raise SourceError(repo.name, repo.uri, "the path is outside the directories this operator reads local "
+                                               "sources from (its admin lists them in KFDEF_LOCAL_SOURCE_ROOTS); "
+                                               "use an https:// or git+https:// source, or ask the operator's admin "
+                                               "for a root")
     for private in (Path(d).resolve() for d in options.private_dirs):
         if inside(real, private) or inside(private, real):
-            where = "inside" if inside(real, private) else "holds"
-            raise SourceError(repo.name, repo.uri, f"{path} is {where} the operator's own work directory, which is "
+            where = "is inside" if inside(real, private) else "holds"
+            raise SourceError(repo.name, repo.uri, f"the path {where} the operator's own work directory, which is "
                                                    "never read as a source")
-    roots = [Path(r).resolve() for r in options.local_roots]
-    if not any(inside(real, root) for root in roots):
-        allowed = ", ".join(str(r) for r in roots) or "none"
-        raise SourceError(repo.name, repo.uri, f"local path {path} is outside the directories this operator reads "
-                                               f"sources from (KFDEF_LOCAL_SOURCE_ROOTS: {allowed}); use an https:// "
-                                               "or git+https:// source, or ask the operator's admin for a root")
     return real
 
 
@@ -67,8 +68,8 @@ def local_source(repo: Repo, options: FetchOptions) -> tuple[Path, str | None]:
         return real, "dir-sha256:" + directory_digest(repo, real)
     if real.is_file():
         return real, None
-    raise SourceError(repo.name, repo.uri, f"{path} does not exist; check spec.repos[].uri (relative paths are "
-                                           f"relative to {options.base_dir or Path.cwd()})")
+    relative = f" (relative paths are relative to {options.base_dir})" if options.base_dir else ""
+    raise SourceError(repo.name, repo.uri, f"the path does not exist; check spec.repos[].uri{relative}")
 
 
 def file_digest(path: Path) -> str:

@@ -361,6 +361,25 @@ def test_a_directory_inside_or_holding_the_work_directory_is_refused(tmp_path, c
         assert not caught.value.transient
 
 
+def test_refusals_name_the_repo_not_the_operators_layout(tmp_path, cache, local, monkeypatch):
+    """Issue 39, item 7: neither the admin's roots nor the operator's directories show in what a KfDef is told."""
+    operator_home = tmp_path / "operator"
+    operator_home.mkdir()
+    monkeypatch.chdir(operator_home)
+    (tmp_path / "cache" / "sources").mkdir(parents=True)
+    (tmp_path / "shortcut").symlink_to(tmp_path / "cache" / "sources")
+    told = {}
+    for uri in ("/etc", "file:///var/run/secrets", "no/such/dir", str(tmp_path / "shortcut")):
+        with pytest.raises(SourceError) as caught:
+            fetch(uri, cache, local)
+        told[uri] = str(caught.value)
+    for uri, message in told.items():
+        assert message.startswith(f"repo 'manifests' ({uri}): the path "), message
+        assert str(tmp_path) not in message.removeprefix(f"repo 'manifests' ({uri})"), message
+    assert "KFDEF_LOCAL_SOURCE_ROOTS" in told["/etc"] and "does not exist" in told["no/such/dir"]
+    assert "is inside the operator's own work directory" in told[str(tmp_path / "shortcut")]
+
+
 def test_missing_path_explains_where_it_looked(tmp_path, cache, local):
     with pytest.raises(SourceError, match="does not exist.*relative to") as caught:
         fetch("nope/manifests", cache, replace(local, base_dir=tmp_path))
