@@ -18,10 +18,12 @@ from urllib.parse import unquote, urlsplit
 
 from kfdef_operator.api.kfdef import Repo
 from kfdef_operator.source.archive import inside
+from kfdef_operator.source.deadline import Deadline
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import FetchOptions
 
 _CHUNK = 1024 * 1024
+_ONLY = "a local source may hold only regular files, directories and symlinks"
 
 
 def local_path(repo: Repo, options: FetchOptions) -> Path:
@@ -60,40 +62,74 @@ def check_local_root(repo: Repo, path: Path, options: FetchOptions) -> Path:
     return real
 
 
-def local_source(repo: Repo, options: FetchOptions) -> tuple[Path, str | None]:
-    """(path, revision) of a local directory, used in place; (path, None) for a local archive file."""
+def local_source(repo: Repo, options: FetchOptions, deadline: Deadline) -> tuple[Path, str | None]:
+    """(path, revision) of a local directory, used in place; (path, None) for a local archive file. The
+    directory is hashed within ``deadline``."""
     path = local_path(repo, options)
     real = check_local_root(repo, path, options)
     if real.is_dir():
-        return real, "dir-sha256:" + directory_digest(repo, real)
+        return real, "dir-sha256:" + directory_digest(repo, real, deadline)
     if real.is_file():
         return real, None
+    kind = _special(real.lstat().st_mode) if real.exists() else None
+    if kind is not None:
+        raise SourceError(repo.name, repo.uri, f"the path is {kind}, neither a directory nor a tar archive")
     relative = f" (relative paths are relative to {options.base_dir})" if options.base_dir else ""
     raise SourceError(repo.name, repo.uri, f"the path does not exist; check spec.repos[].uri{relative}")
 
 
-def file_digest(path: Path) -> str:
+def _special(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is neither a regular file, a directory nor a symlink, else None. Such a
+    file is never read: a named pipe without a writer blocks its reader for ever, a device is not a file of the
+    tree at all."""
+    for kind, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if kind(mode):
+            return what
+    return None
+
+
+def file_digest(repo: Repo, path: Path, deadline: Deadline, *, shown: str = "the archive") -> str:
+    """sha256 of the regular file at ``path`` (``shown`` as people know it), read within ``deadline``.
+
+    Opened without following a symlink and without blocking, then checked again on the open file: a file swapped
+    for a named pipe or a device since it was listed is refused, never waited on."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise SourceError(repo.name, repo.uri, f"{shown} cannot be read: {error.strerror}") from None
     hasher = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(_CHUNK), b""):
+    with open(descriptor, "rb") as stream:
+        kind = _special(os.fstat(descriptor).st_mode)
+        if kind is not None:
+            raise SourceError(repo.name, repo.uri, f"{shown} is {kind}; {_ONLY}")
+        while chunk := stream.read(_CHUNK):
+            deadline.check()
             hasher.update(chunk)
     return hasher.hexdigest()
 
 
-def directory_digest(repo: Repo, root: Path) -> str:
-    """Digest of paths, executable bits, file bytes and link targets; refuses links leaving ``root``."""
+def directory_digest(repo: Repo, root: Path, deadline: Deadline) -> str:
+    """Digest of paths, executable bits, file bytes and link targets, computed within ``deadline``; refuses links
+    leaving ``root`` and named pipes, sockets and devices."""
     hasher = hashlib.sha256()
     real_root = root.resolve()
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != ".git")
         for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
+            deadline.check()
             path = Path(directory, name)
             relative = path.relative_to(root).as_posix()
-            if path.is_symlink():
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
                 if not inside(path.resolve(), real_root):
                     raise SourceError(repo.name, repo.uri, f"symlink {relative} points outside the directory")
                 hasher.update(f"L {relative} {os.readlink(path)}\n".encode())
                 continue
-            executable = os.stat(path).st_mode & stat.S_IXUSR
-            hasher.update(f"F {relative} {1 if executable else 0} {file_digest(path)}\n".encode())
+            kind = _special(mode)
+            if kind is not None:
+                raise SourceError(repo.name, repo.uri, f"{relative} is {kind}; {_ONLY}")
+            executable = mode & stat.S_IXUSR
+            digest = file_digest(repo, path, deadline, shown=relative)
+            hasher.update(f"F {relative} {1 if executable else 0} {digest}\n".encode())
     return hasher.hexdigest()

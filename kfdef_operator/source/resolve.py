@@ -92,10 +92,10 @@ def _resolve(repo: Repo, cache: SourceCache, options: FetchOptions, *,
                 path, revision = git_tree(repo, cache, options, allowance=allowance, deadline=deadline)
                 used.add(cache.root / "git" / cache.key(parse_git_uri(repo.uri).url))
             else:
-                path, local_revision = local_source(repo, options)
+                path, local_revision = local_source(repo, options, deadline)
                 if local_revision is None:  # a tarball
-                    path, revision = unpacked(repo, cache, options, path, file_digest(path), allowance=allowance,
-                                              deadline=deadline)
+                    path, revision = unpacked(repo, cache, options, path, file_digest(repo, path, deadline),
+                                              allowance=allowance, deadline=deadline)
                 else:
                     revision = local_revision
     except DeadlineExceeded:

@@ -361,6 +361,38 @@ def test_a_directory_inside_or_holding_the_work_directory_is_refused(tmp_path, c
         assert not caught.value.transient
 
 
+@pytest.mark.timeout(30)  # before: hashing opened the named pipe and waited for a writer for ever
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_named_pipes_and_sockets_in_a_local_directory_are_refused(tmp_path, cache, local, kind):
+    """Issue 39, item 4: a FIFO in an allowed directory held a work thread past every deadline."""
+    tree = tmp_path / "repo"
+    (tree / "app").mkdir(parents=True)
+    (tree / "app" / "kustomization.yaml").write_text("resources: []\n")
+    if kind == "fifo":
+        os.mkfifo(tree / "app" / "special")
+    else:
+        listening = socket.socket(socket.AF_UNIX)
+        listening.bind(str(tree / "app" / "special"))
+    what = "a named pipe (FIFO)" if kind == "fifo" else "a socket"
+    with pytest.raises(SourceError, match=re.escape(f"app/special is {what}; a local source may hold only regular "
+                                                    "files, directories and symlinks")) as caught:
+        fetch(str(tree), cache, local)
+    assert not caught.value.transient
+    with pytest.raises(SourceError, match=re.escape(f"the path is {what}, neither a directory nor a tar archive")):
+        fetch(str(tree / "app" / "special"), cache, local)
+
+
+def test_a_local_directory_is_hashed_within_the_fetch_deadline(tmp_path, cache, local):
+    """Issue 39, item 4: hashing a large local directory ignored the deadline."""
+    tree = tmp_path / "repo"
+    tree.mkdir()
+    (tree / "big.yaml").write_bytes(b"#" * (8 * 1024 * 1024))
+    with pytest.raises(SourceError, match="not fetched within the 0.001 s deadline") as caught:
+        fetch(str(tree), cache, replace(local, timeout=0.001))
+    assert caught.value.transient
+    assert fetch(str(tree), cache, local).revision.startswith("dir-sha256:")
+
+
 def test_refusals_name_the_repo_not_the_operators_layout(tmp_path, cache, local, monkeypatch):
     """Issue 39, item 7: neither the admin's roots nor the operator's directories show in what a KfDef is told."""
     operator_home = tmp_path / "operator"
