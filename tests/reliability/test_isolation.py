@@ -7,6 +7,7 @@ fetch). What a deleted KfDef left in the work directory goes with it.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -104,10 +105,11 @@ def test_a_deleted_kfdef_leaves_nothing_in_the_work_directory(operator, kube, kf
 GRACE_S = 30  # deploy/operator/deployment.yaml's terminationGracePeriodSeconds
 
 
-@pytest.mark.parametrize("state", ["fetch stalled", "render running", "API server gone"])
+@pytest.mark.parametrize("state", ["fetch stalled", "render running", "API server gone", "FIFO in a local source"])
 def test_sigterm_ends_the_operator_within_its_grace_period(state, operator, control_plane, kube, kfdef_namespace,
                                                            new_stack, tmp_path, reliability):
-    """SIGTERM while a fetch waits on a stalled source, while a render runs, or with the API server gone"""
+    """SIGTERM while a fetch waits on a stalled source, while a render runs, with the API server gone, or after a
+    KfDef named a local directory holding a FIFO (issue 39, item 4: its hashing blocked a work thread for ever)"""
     server = TarballServer()
     stack = new_stack(with_webhook=False)
     env = {**OPERATOR_ENV, "KFDEF_FETCH_TIMEOUT": "600s", "KFDEF_FETCH_READ_TIMEOUT": "600s"}
@@ -127,6 +129,12 @@ def test_sigterm_ends_the_operator_within_its_grace_period(state, operator, cont
             server.serve("/m.tar.gz", tarball(stack.root))
             kube.apply(stack.kfdef("rendering", kfdef_namespace, uri=server.url("/m.tar.gz")))
             wait_for(started.exists, timeout=30, what="the render to start")
+        elif state == "FIFO in a local source":
+            os.mkfifo(stack.root / "pipe")
+            kube.apply(stack.kfdef("fifo", kfdef_namespace))
+            refused = wait_condition_reason(kube, "fifo", kfdef_namespace, "Degraded", "True", "SourceFailed",
+                                            timeout=30)
+            assert "pipe is a named pipe (FIFO)" in condition(refused, "Degraded")["message"]
         else:
             server.serve("/m.tar.gz", tarball(stack.root))
             kube.apply(stack.kfdef("ready", kfdef_namespace, uri=server.url("/m.tar.gz")))
