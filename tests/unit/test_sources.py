@@ -29,9 +29,11 @@ from kfdef_operator.source import git as git_module
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError, redact_uri
 from kfdef_operator.source.git import parse_git_uri
+from kfdef_operator.source.interrupt import Interrupt
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolve import resolve_source, resolve_sources
+from tests.unit.test_interrupt import REASON, interrupted_on_a_thread
 
 #: The test servers listen on 127.0.0.1, an internal address the operator refuses unless allowed.
 LOOPBACK = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "test"))
@@ -228,6 +230,20 @@ def test_a_name_that_does_not_resolve_is_transient_and_not_retried_at_once(cache
         fetch("https://no-such-host.invalid/manifests.tgz", cache)
     assert caught.value.transient
     assert lookups == ["no-such-host.invalid"], "retried within the fetch"
+
+
+def test_an_interrupted_fetch_ends_at_once(server, cache):
+    """Issue 39, item 1: a deleted or changed KfDef's fetch ran on to its deadline."""
+    server.routes["/stalled.tgz"] = Route(stall=True)
+    stalled = [Repo("manifests", server.url("/stalled.tgz"))]
+    raised, took = interrupted_on_a_thread(
+        lambda interrupt: resolve_sources(stalled, cache, replace(FAST, read_timeout=60), interrupt=interrupt),
+        ready=lambda: bool(server.hits.get("/stalled.tgz")))
+    assert [(e.message, e.transient) for e in raised] == [(f"interrupted: {REASON}", True)] and took < 2
+    interrupted = Interrupt()
+    interrupted.interrupt(REASON)
+    with pytest.raises(SourceError, match=f"interrupted: {REASON}"):  # a fetch started after the interrupt
+        resolve_sources(stalled, cache, FAST, interrupt=interrupted)
 
 
 def test_read_timeout_is_transient(server, cache):
