@@ -102,6 +102,39 @@ def test_a_deleted_kfdef_leaves_nothing_in_the_work_directory(operator, kube, kf
     reliability.figure("bytes removed", size)
 
 
+def test_a_kfdef_deleted_while_it_renders_goes_at_once_and_its_render_is_killed(operator, control_plane, kube,
+                                                                                kfdef_namespace, new_stack, tmp_path,
+                                                                                reliability):
+    """A KfDef deleted while its render runs: the render is killed and the KfDef gone within seconds"""
+    stack = new_stack(with_webhook=False)
+    pid_file = tmp_path / "render.pid"
+    operator.stop()
+    process = OperatorProcess(control_plane.kubeconfig, tmp_path / "operator", env={
+        **OPERATOR_ENV, "KFDEF_RENDER_HELPER": str(fake_helper(tmp_path / "slow-helper",
+                                                               f"echo $$ > {pid_file}; exec sleep 600"))})
+    process.start()
+    try:
+        kube.apply(stack.kfdef("rendering", kfdef_namespace))
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30, what="the render to start")
+        helper = int(pid_file.read_text())
+        deleted = time.monotonic()
+        kube.delete(KFDEF_API, "KfDef", "rendering", kfdef_namespace)
+        kube.wait_gone(KFDEF_API, "KfDef", "rendering", kfdef_namespace, timeout=30)
+        gone_after = time.monotonic() - deleted
+
+        def helper_gone() -> bool:
+            try:
+                os.kill(helper, 0)
+            except ProcessLookupError:
+                return True
+            return False
+        wait_for(helper_gone, timeout=10, what="the render helper killed")
+    finally:
+        process.stop()
+        operator.start()
+    reliability.figure("s from the deletion to the KfDef gone", round(gone_after, 2))
+
+
 GRACE_S = 30  # deploy/operator/deployment.yaml's terminationGracePeriodSeconds
 
 
