@@ -19,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kfdef_operator import __version__
 from kfdef_operator.api.kfdef import KfDef
@@ -27,10 +27,17 @@ from kfdef_operator.api.types import JSON
 from kfdef_operator.build.confinement import path_segment
 from kfdef_operator.build.render import MODES, RenderedApplication
 from kfdef_operator.build.safe_yaml import MAX_DEPTH, nesting_depth
+from kfdef_operator.source.interrupt import Interrupt
 from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
-Renderer = Callable[[KfDef, Mapping[str, ResolvedSource], Path], list[RenderedApplication]]
+
+
+class Renderer(Protocol):
+    """Renders a KfDef's applications in ``workdir``; ``interrupt``, once set, ends the render at once."""
+
+    def __call__(self, kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *,
+                 interrupt: Interrupt | None = None) -> list[RenderedApplication]: ...
 
 
 def code_digest(package: Path) -> str:
@@ -120,9 +127,10 @@ class RenderCache:
             found.append((namespace, name, path) if path.suffix == ".json" and name else ("", "", path))
         return found
 
-    def render(self, body: JSON, kfdef: KfDef, sources: Mapping[str, ResolvedSource],
-               workdir: Path) -> list[RenderedApplication]:
-        """The KfDef's rendered applications, from the cache when nothing they depend on changed."""
+    def render(self, body: JSON, kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *,
+               interrupt: Interrupt | None = None) -> list[RenderedApplication]:
+        """The KfDef's rendered applications, from the cache when nothing they depend on changed (``interrupt``
+        ends a render at once)."""
         key = render_key(body, sources, self._settings())
         path = self._path(kfdef)
         try:
@@ -132,7 +140,7 @@ class RenderCache:
                         for a in applications_from_json(entry.get("applications"))]
         except (OSError, ValueError, RecursionError):
             pass  # no usable entry: render
-        rendered = self._renderer(kfdef, sources, workdir)
+        rendered = self._renderer(kfdef, sources, workdir, interrupt=interrupt)
         self._store(path, key, rendered)
         return rendered
 

@@ -43,6 +43,7 @@ from kfdef_operator.build.kustomize import (
     signal_name,
 )
 from kfdef_operator.build.render import RenderedApplication, RenderError, render
+from kfdef_operator.source.interrupt import Interrupt
 from kfdef_operator.source.resolved import ResolvedSource
 
 log = logging.getLogger(__name__)
@@ -149,10 +150,13 @@ class IsolatedRender:
         return self.remote_bases is not None
 
     def __call__(self, kfdef: KfDef, sources: Mapping[str, ResolvedSource], workdir: Path, *,
-                 progress: Callable[[RenderedApplication], None] | None = None) -> list[RenderedApplication]:
+                 progress: Callable[[RenderedApplication], None] | None = None,
+                 interrupt: Interrupt | None = None) -> list[RenderedApplication]:
         """Render ``kfdef`` in a child process; raises ``RenderError`` (or ``KustomizeError`` when there is no
-        kustomize). ``progress`` gets each application as it finishes, without its objects."""
-        return _Child(self, kfdef, dict(sources), Path(workdir).resolve(), find_render_helper()).run(progress)
+        kustomize). ``progress`` gets each application as it finishes, without its objects; ``interrupt``, once
+        set, kills the render."""
+        return _Child(self, kfdef, dict(sources), Path(workdir).resolve(), find_render_helper()).run(progress,
+                                                                                                    interrupt)
 
 
 def stop_renders() -> None:
@@ -183,7 +187,8 @@ class _Child:
         self.limits = settings.limits
         self.subject = f"render of KfDef {kfdef.namespace}/{kfdef.name}"
 
-    def run(self, progress: Callable[[RenderedApplication], None] | None) -> list[RenderedApplication]:
+    def run(self, progress: Callable[[RenderedApplication], None] | None,
+            interrupt: Interrupt | None = None) -> list[RenderedApplication]:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name in (ANSWER_FILE, STDERR_FILE):
             (self.workdir / name).unlink(missing_ok=True)
@@ -203,6 +208,7 @@ class _Child:
             os.close(stdout)
         if _stopping.is_set():
             process.kill()
+        unlink = interrupt.on_interrupt(process.kill) if interrupt is not None else None
         reader = threading.Thread(target=self._read_progress, args=(progress_pipe, progress), daemon=True,
                                   name="render-progress")
         reader.start()
@@ -216,11 +222,15 @@ class _Child:
                 pass  # the child died at once; its exit status tells why
             finished = process.wait(deadline)
         finally:  # past the deadline, and on any error here
+            if unlink is not None:
+                unlink()
             process.kill()
             process.wait()
             reader.join(timeout=5)
         if _stopping.is_set():
             raise RenderError("", "interrupted: the operator is stopping", subject=f"{self.subject} killed")
+        if interrupt is not None and interrupt.reason is not None:
+            raise RenderError("", f"interrupted: {interrupt.reason}", subject=f"{self.subject} killed")
         if not finished:
             raise RenderError("", self.limits.explain("wall"), subject=f"{self.subject} killed")
         if process.returncode is None:

@@ -706,7 +706,8 @@ def _read_kustomization(directory: Path, application: str) -> dict[str, Any] | N
             if loaded is None:
                 return {}
             if not isinstance(loaded, dict):
-                raise RenderError(application, f"{path} is not a kustomization (a YAML object)")
+                raise RenderError(application, f"{path.name} in {directory.name}/ is not a kustomization (a YAML "
+                                               "object)")
             binary = safe_yaml.binary_field(loaded)
             if binary is not None:
                 raise RenderError(application, f"{path.name} in {directory.name}/ is refused: {binary} is a "

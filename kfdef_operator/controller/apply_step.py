@@ -33,6 +33,7 @@ from kfdef_operator.runtime.heal import Healer
 from kfdef_operator.runtime.identity import Identities, StackIdentity
 from kfdef_operator.runtime.inventory import InventoryEntry
 from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.status import health_deadline_in
 from kfdef_operator.runtime.tracker import Tracker
 from kfdef_operator.ssa.apply import FORGED_STAMP_NOTE, ApplyOptions
 from kfdef_operator.ssa.changeset import REFUSED_NOTE, Action, ChangeSet
@@ -103,7 +104,9 @@ class ApplyStep:
             await self._tracker.resync(stack.owner.label, self._registry.targets([stack]),
                                        unless_listed_since=built_at)
         self._healer.applied(stack)
-        self._refresher.refresh_after(self._health_timeout + 1, stack.key)
+        # One timer instead of polling: at the health deadline, objects still unhealthy turn into Degraded.
+        deadline_in = health_deadline_in(stack, health_timeout=self._health_timeout, now=time.time())
+        self._refresher.refresh_after(deadline_in + 1, stack.key)
         reported = stack.status.get("failures")
         if not await writer.update():
             raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",

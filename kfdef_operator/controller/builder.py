@@ -7,7 +7,7 @@ server: the leader's reconcile and a standby's preparation both use it, each ann
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from kfdef_operator.build.workspace import render_dir
 from kfdef_operator.controller.desired import DesiredState, desire, is_run_once
 from kfdef_operator.controller.failures import Fail
 from kfdef_operator.controller.housekeeping import source_user
+from kfdef_operator.controller.registry import Key
 from kfdef_operator.controller.workpool import WorkPool
 from kfdef_operator.runtime import conditions as cond
 from kfdef_operator.runtime import metrics
@@ -30,6 +31,7 @@ from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import CacheLimits, FetchOptions
 from kfdef_operator.source.resolve import resolve_sources
+from kfdef_operator.source.resolved import ResolvedSource
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.webhooks import webhooks_of
 from kfdef_operator.upgrade.convert import UnservedApiVersions
@@ -66,22 +68,21 @@ class DesiredStateBuilder:
         # A KfDef never reads the operator's work directory (other KfDefs' sources and renders) as a source.
         self._fetch_options = replace(fetch_options, private_dirs=(work_dir,))
         self.render_cache = RenderCache(work_dir / "rendered", renderer, renderer.settings)
+        self._building: set[Key] = set()
+
+    def building(self, key: Key) -> bool:
+        """Whether the KfDef's sources are being fetched or its applications rendered right now."""
+        return key in self._building
 
     async def build(self, stack: Stack, kfdef: KfDef, body: JSON, step: Step) -> tuple[DesiredState, str]:
-        """Fetch, render and upgrade: the stack's desired state and what was upgraded (``step`` announces steps)."""
+        """Fetch, render and upgrade: the stack's desired state and what was upgraded (``step`` announces steps).
+
+        Fetch and render run on the work pool as the KfDef's namespace: cancelled, they are interrupted."""
+        self._building.add(stack.key)
         try:
-            await step("FetchingSources", f"fetching {cond.counted(len(kfdef.repos), 'source')}")
-            sources = await self._work_pool.run(resolve_sources, kfdef.repos, self.source_cache, self._fetch_options,
-                                                user=source_user(*stack.key))
-        except SourceError as error:
-            raise Fail("SourceFailed", str(error), retry=True) from None
-        try:
-            await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
-            with metrics.RENDER_SECONDS.time():
-                rendered = await self._work_pool.run(self.render_cache.render, body, kfdef, sources,
-                                                     render_dir(self._work_dir, *stack.key))
-        except (RenderError, KustomizeError) as error:
-            raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
+            rendered, sources = await self._fetch_and_render(stack, kfdef, body, step)
+        finally:
+            self._building.discard(stack.key)
         await self._discovery.refresh_unless_served(_kinds_served_elsewhere(rendered))
         desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
         # Duplicates resolve as kfctl resolved them: a note, not a problem (Degraded means a person must act).
@@ -93,6 +94,26 @@ class DesiredStateBuilder:
             warnings=[*duplicates, *(cond.truncate(f"application {app.name!r}: {warning}", 512)
                                      for app in rendered for warning in app.warnings)][:cond.MAX_FAILURES_LISTED])
         return desired, upgraded
+
+    async def _fetch_and_render(self, stack: Stack, kfdef: KfDef, body: JSON,
+                                step: Step) -> tuple[list[RenderedApplication], Mapping[str, ResolvedSource]]:
+        tenant = stack.owner.namespace
+        try:
+            await step("FetchingSources", f"fetching {cond.counted(len(kfdef.repos), 'source')}")
+            sources = await self._work_pool.run(tenant, lambda interrupt: resolve_sources(
+                kfdef.repos, self.source_cache, self._fetch_options, user=source_user(*stack.key),
+                interrupt=interrupt))
+        except SourceError as error:
+            raise Fail("SourceFailed", str(error), retry=True) from None
+        workdir = render_dir(self._work_dir, *stack.key)
+        try:
+            await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
+            with metrics.RENDER_SECONDS.time():
+                rendered = await self._work_pool.run(tenant, lambda interrupt: self.render_cache.render(
+                    body, kfdef, sources, workdir, interrupt=interrupt))
+        except (RenderError, KustomizeError) as error:
+            raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
+        return rendered, sources
 
     def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, str]:
         """Upgrade the rendered objects and settle the stack's desired state; also returns what was upgraded."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kfdef_operator.build import workspace
 from kfdef_operator.build.cache import RenderCache
-from kfdef_operator.controller.workpool import WorkPool
+from kfdef_operator.controller.workpool import OPERATOR_TENANT, WorkPool
 from kfdef_operator.source.cache import SourceCache
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class Housekeeper:
 
     async def forget(self, namespace: str, name: str) -> None:
         """KfDef ``namespace/name`` is gone: remove its build directories, release its sources, collect."""
-        await self.pool.run(self._forget, namespace, name)
+        await self.pool.run(namespace, lambda _: self._forget(namespace, name))
 
     def _forget(self, namespace: str, name: str) -> None:
         workspace.forget(self.work_dir, self.renders, namespace, name)
@@ -60,7 +60,8 @@ class Housekeeper:
 
     async def collect(self) -> None:
         """Collect the source cache and the build leftovers of KfDefs no longer live."""
-        await self.pool.run(self._collect, set(self.live()))
+        live = set(self.live())
+        await self.pool.run(OPERATOR_TENANT, lambda _: self._collect(live))
 
     def _collect(self, live: set[tuple[str, str]]) -> None:
         self.sources.collect()

@@ -188,7 +188,8 @@ class Reconciler:
     def observe(self, event_type: str | None, body: JSON) -> None:
         """A KfDef watch event: keep its latest body; request a run when something that matters changed.
 
-        Status writes (our own) and other metadata churn change nothing that matters, so they cause no run.
+        Status writes (our own) and other metadata churn change nothing that matters, so they cause no run. A new
+        generation or the deletion interrupts a run still fetching or rendering the KfDef as it was.
         """
         meta = body.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
@@ -205,8 +206,14 @@ class Reconciler:
         trigger = (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")),
                    annotations.get(SUSPEND_ANNOTATION), annotations.get(API_UPGRADE_ANNOTATION),
                    annotations.get(REQUESTED_AT_ANNOTATION))
-        if self._triggers.get(key) != trigger:
+        previous = self._triggers.get(key)
+        if previous != trigger:
             self._triggers[key] = trigger
+            if previous is not None and previous[:3] != trigger[:3] and self.builder.building(key):
+                # Fetching or rendering what the KfDef no longer is (a new generation, or it is being deleted): the
+                # fetch or render stops now, its work thread is free, and the run starts over for what it is.
+                log.info("KfDef %s/%s changed while its sources were fetched or rendered: starting over", *key)
+                self.queue.interrupt(key)
             self.queue.request(key)
 
     async def _work(self, key: Hashable) -> float | None:

@@ -118,7 +118,8 @@ def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
                         help="default resync interval of a KfDef (re-resolve its sources, correct unseen drift), "
                              "overridden by its spec.interval; jittered by 10%% (default %(default)s)")
     parser.add_argument("--work-threads", type=int, default=4, metavar="N",
-                        help="fetches and renders run in parallel, across all KfDefs (default %(default)s)")
+                        help="fetches and renders run in parallel, shared fairly between namespaces; up to twice "
+                             "as many while one namespace holds them all and others wait (default %(default)s)")
     add_build_arguments(parser)
     parser.add_argument("--default-service-account", type=_service_account,
                         default=os.environ.get("KFDEF_DEFAULT_SERVICE_ACCOUNT", ""), metavar="NAME",

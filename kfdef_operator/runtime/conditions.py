@@ -28,8 +28,19 @@ MAX_FAILURES_LISTED = 50
 MAX_MESSAGE = 1024
 
 
+_TIMESTAMP = "%Y-%m-%dT%H:%M:%SZ"
+
+
 def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime(_TIMESTAMP)
+
+
+def seconds_of(timestamp: object) -> float | None:
+    """A condition's timestamp (as :func:`now` writes it) in seconds since the epoch; None when it is not one."""
+    try:
+        return datetime.datetime.strptime(str(timestamp), _TIMESTAMP).replace(tzinfo=datetime.UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def truncate(text: str, limit: int = MAX_MESSAGE, *, hint: str = "") -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -102,7 +101,6 @@ class Stack:
     changes: dict[ObjectRef, Change] = field(default_factory=dict)      # per object, updated by heals
     rejected: list[Change] = field(default_factory=list)                # never sent: unserved, out of scope
     problems: dict[str, str] = field(default_factory=dict)              # need a person; keyed by cause
-    applied_at: float = 0.0
     #: When (monotonic) the resync that the last run scheduled is due; None before the first run since a start.
     #: From then on, objects refused for their content are sent again.
     resync_at: float | None = None
@@ -155,7 +153,6 @@ class Stack:
         """The apply of the current generation finished with these per-object results."""
         self.changes = {change.ref: self.explained(change) for change in changes}
         self.applied_generation = self.generation
-        self.applied_at = time.monotonic()
         self.step = None
         self.failure = None
 

@@ -55,8 +55,39 @@ def readiness(stack: Stack, live: LiveView) -> tuple[list[tuple[str, str]], list
     return failures, unhealthy
 
 
+def health_clock(stack: Stack) -> float | None:
+    """When (seconds since the epoch) the stack's objects began to count against the health deadline: when its
+    status last recorded the reconcile of its generation done (the Reconciling condition with reason ``Done``, its
+    ``lastUpdateTime``); None while it records none, as during the run that applies a new generation."""
+    reconciling = _condition(stack.status, cond.RECONCILING) or {}
+    if reconciling.get("reason") != "Done" or reconciling.get("observedGeneration") != stack.generation:
+        return None
+    return cond.seconds_of(reconciling.get("lastUpdateTime"))
+
+
+def health_overdue(stack: Stack, *, health_timeout: float, now: float) -> bool:
+    """Whether the stack's objects are past the health deadline at ``now`` (seconds since the epoch): as its status
+    says already (``Degraded`` with ``HealthCheckTimeout`` for its generation: a deadline passed stays passed, also
+    while suspended), or by its :func:`health_clock`. Both come from the status alone, so an operator restarted
+    over the same state keeps the deadline where it was, and writes nothing."""
+    degraded = _condition(stack.status, cond.DEGRADED) or {}
+    if (degraded.get("status"), degraded.get("reason"), degraded.get("observedGeneration")) == (
+            "True", "HealthCheckTimeout", stack.generation):
+        return True
+    started = health_clock(stack)
+    return started is not None and now - started > health_timeout
+
+
+def health_deadline_in(stack: Stack, *, health_timeout: float, now: float) -> float:
+    """Seconds from ``now`` until the stack's health deadline passes: the whole ``health_timeout`` while its
+    :func:`health_clock` has not started, 0 once it has passed."""
+    started = health_clock(stack)
+    return health_timeout if started is None else max(0.0, started + health_timeout - now)
+
+
 def verdict(stack: Stack, live: LiveView, *, health_timeout: float, now: float) -> cond.Verdict:
-    """The three conditions the stack's results call for (pure but for reading the cache)."""
+    """The three conditions the stack's results call for (pure but for reading the cache); ``now`` in seconds
+    since the epoch, as the conditions' timestamps."""
     if stack.deleting:
         message, stuck = stack.teardown or ("deleting the stack", False)
         return cond.terminating(message, stuck)
@@ -68,9 +99,9 @@ def verdict(stack: Stack, live: LiveView, *, health_timeout: float, now: float) 
         result = cond.progressing("Progressing", f"generation {stack.generation} is not applied yet")
     else:
         failures, unhealthy = readiness(stack, live)
-        overdue = bool(stack.applied_at) and now - stack.applied_at > health_timeout
         result = cond.applied(len(stack.desired) + len(stack.rejected), failures, unhealthy,
-                              list(stack.problems.values()), health_overdue=overdue)
+                              list(stack.problems.values()),
+                              health_overdue=health_overdue(stack, health_timeout=health_timeout, now=now))
     if stack.suspended:
         result = replace(result, reconciling=cond.SUSPENDED)
     return result
@@ -169,7 +200,7 @@ class StatusWriter:
             self._inventory_format.observe(stack.status.get("inventory"))
             while True:  # again only when a write changed what is known of the CRD's format: twice at most
                 known = self._inventory_format.strings_kept
-                wanted = status_of(stack, self._live, health_timeout=self._health_timeout, now=time.monotonic(),
+                wanted = status_of(stack, self._live, health_timeout=self._health_timeout, now=time.time(),
                                    inventory_format=self._inventory_format)
                 diff = {key: value for key, value in wanted.items() if _differs(key, stack.status.get(key), value)}
                 if not diff:  # nothing to write: the metrics still go out (a new leader's first run)

@@ -45,7 +45,8 @@ def unpacked(repo: Repo, cache: SourceCache, options: FetchOptions, archive: Pat
             with cache.reserve(allowance, timeout=deadline.remaining()):
                 staged = cache.staging()
                 try:
-                    with open(archive, "rb") as stream:
+                    # never blocking: a local archive swapped for a named pipe since it was hashed reads as empty
+                    with open(os.open(archive, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as stream:
                         safe_extract(stream, staged, options, repo=repo, max_bytes=allowance, deadline=deadline)
                     cache.publish(staged, tree)
                 finally:

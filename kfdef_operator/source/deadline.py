@@ -4,7 +4,8 @@ A per-read timeout does not bound a download: a server sending one byte every se
 out. A :class:`Deadline` is a point in time by which the whole fetch (every attempt, redirect, retry pause and
 the unpacking) must be done. Waits are bounded by :meth:`Deadline.bound`; what blocks in a system call (a
 socket read, a git subprocess) is registered with :meth:`Deadline.on_expiry`, and a timer thread shuts the
-socket down or kills the process when the deadline passes, so the blocked call returns at once.
+socket down or kills the process when the deadline passes, so the blocked call returns at once. An
+:class:`~kfdef_operator.source.interrupt.Interrupt` (the fetch is no longer wanted) fires the deadline early.
 
 When the operator stops, :func:`expire_all` ends every fetch at once the same way (and any fetch started after it),
 so that no fetch keeps the process alive past its grace period.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+
+from kfdef_operator.source.interrupt import Interrupt
 
 
 class DeadlineExceeded(Exception):
@@ -41,16 +44,19 @@ def expire_all() -> None:
 
 
 class Deadline:
-    """``seconds`` from now (on ``clock``). Use as a context manager to enforce it on registered I/O."""
+    """``seconds`` from now (on ``clock``), or sooner when ``interrupt`` is set. Use as a context manager to enforce
+    it on registered I/O."""
 
-    def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic,
+                 interrupt: Interrupt | None = None) -> None:
         self.seconds = seconds
         self._clock = clock
         self._at = clock() + seconds
-        self._lock = threading.Lock()
-        self._expiry_actions: list[Callable[[], None]] = []
-        self._fired = False
+        self._expiry = Interrupt()  # fired by the timer, the operator stopping or ``interrupt``
         self._woken = threading.Event()  # set when the deadline fires: ends a pause at once
+        self._expiry.on_interrupt(self._woken.set)
+        self._interrupt = interrupt
+        self._unlinks: list[Callable[[], None]] = []
         self._timer: threading.Timer | None = None
 
     def remaining(self) -> float:
@@ -59,7 +65,7 @@ class Deadline:
 
     @property
     def expired(self) -> bool:
-        return self._fired or self.remaining() <= 0 or _stopping.is_set()
+        return self._expiry.reason is not None or self.remaining() <= 0 or _stopping.is_set()
 
     def check(self) -> None:
         """Raise :class:`DeadlineExceeded` once the deadline has passed."""
@@ -79,11 +85,7 @@ class Deadline:
 
     def on_expiry(self, action: Callable[[], None]) -> None:
         """Run ``action`` (e.g. shut a socket down) when the deadline passes; at once if it already has."""
-        with self._lock:
-            if not self._fired:
-                self._expiry_actions.append(action)
-                return
-        _quietly(action)
+        self._unlinks.append(self._expiry.on_interrupt(action))
 
     def __enter__(self) -> Deadline:
         self._timer = threading.Timer(self.remaining(), self._fire)
@@ -91,6 +93,8 @@ class Deadline:
         self._timer.start()
         with _active_lock:
             _active.add(self)
+        if self._interrupt is not None:
+            self._unlinks.append(self._interrupt.on_interrupt(self._fire))
         if _stopping.is_set():
             self._fire()
         return self
@@ -100,20 +104,9 @@ class Deadline:
             _active.discard(self)
         if self._timer is not None:
             self._timer.cancel()
-        with self._lock:
-            self._expiry_actions.clear()
+        for unlink in self._unlinks:  # what the fetch registered is done with; nothing may fire it any more
+            unlink()
+        self._unlinks.clear()
 
     def _fire(self) -> None:
-        with self._lock:
-            self._fired = True
-            actions, self._expiry_actions = self._expiry_actions, []
-        self._woken.set()
-        for action in actions:
-            _quietly(action)
-
-
-def _quietly(action: Callable[[], None]) -> None:
-    try:
-        action()
-    except OSError:
-        pass  # the socket was closed or the process ended meanwhile
+        self._expiry.interrupt("expired")

@@ -35,6 +35,7 @@ from kfdef_operator.source.deadline import Deadline, DeadlineExceeded, stopping
 from kfdef_operator.source.errors import SourceError, redact_uri
 from kfdef_operator.source.git import git_tree, parse_git_uri
 from kfdef_operator.source.http import download
+from kfdef_operator.source.interrupt import Interrupt
 from kfdef_operator.source.local import file_digest, local_source
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolved import ResolvedSource
@@ -43,18 +44,20 @@ log = logging.getLogger(__name__)
 
 
 def resolve_sources(repos: Sequence[Repo], cache: SourceCache, options: FetchOptions, *,
-                    user: str | None = None) -> dict[str, ResolvedSource]:
+                    user: str | None = None, interrupt: Interrupt | None = None) -> dict[str, ResolvedSource]:
     """Resolve every repo; raise ``SourceError`` for the first that fails.
 
     With ``user`` (the KfDef, ``namespace/name``), the cache entries its sources now use are recorded as that
-    KfDef's (:meth:`SourceCache.record_use`), so the cache's collector keeps them while it lives.
+    KfDef's (:meth:`SourceCache.record_use`), so the cache's collector keeps them while it lives. ``interrupt``
+    ends the fetch in progress at once, as its deadline would.
     """
     resolved: dict[str, ResolvedSource] = {}
     entries: set[Path] = set()
     counted: set[Path] = set()
     unpacked_bytes = 0
     for repo in repos:
-        source, used = _resolve(repo, cache, options, allowance=options.max_unpacked_bytes - unpacked_bytes)
+        source, used = _resolve(repo, cache, options, allowance=options.max_unpacked_bytes - unpacked_bytes,
+                                interrupt=interrupt)
         resolved[repo.name] = source
         entries |= used
         tree = cache.entry_of(source.local_path)
@@ -75,14 +78,14 @@ def resolve_source(repo: Repo, cache: SourceCache, options: FetchOptions) -> Res
     return _resolve(repo, cache, options, allowance=options.max_unpacked_bytes)[0]
 
 
-def _resolve(repo: Repo, cache: SourceCache, options: FetchOptions, *,
-             allowance: int) -> tuple[ResolvedSource, set[Path]]:
+def _resolve(repo: Repo, cache: SourceCache, options: FetchOptions, *, allowance: int,
+             interrupt: Interrupt | None = None) -> tuple[ResolvedSource, set[Path]]:
     """The resolved repo and the cache entries it uses."""
     scheme = urlsplit(repo.uri).scheme.lower()
     started = time.monotonic()
     used: set[Path] = set()
     try:
-        with Deadline(options.timeout) as deadline:
+        with Deadline(options.timeout, interrupt=interrupt) as deadline:
             if scheme in ("http", "https"):
                 archive, digest = download(repo, cache, options, deadline)
                 path, revision = unpacked(repo, cache, options, archive, digest, allowance=allowance,
@@ -92,13 +95,15 @@ def _resolve(repo: Repo, cache: SourceCache, options: FetchOptions, *,
                 path, revision = git_tree(repo, cache, options, allowance=allowance, deadline=deadline)
                 used.add(cache.root / "git" / cache.key(parse_git_uri(repo.uri).url))
             else:
-                path, local_revision = local_source(repo, options)
+                path, local_revision = local_source(repo, options, deadline)
                 if local_revision is None:  # a tarball
-                    path, revision = unpacked(repo, cache, options, path, file_digest(path), allowance=allowance,
-                                              deadline=deadline)
+                    path, revision = unpacked(repo, cache, options, path, file_digest(repo, path, deadline),
+                                              allowance=allowance, deadline=deadline)
                 else:
                     revision = local_revision
     except DeadlineExceeded:
+        if interrupt is not None and interrupt.reason is not None:
+            raise SourceError(repo.name, repo.uri, f"interrupted: {interrupt.reason}", transient=True) from None
         if stopping():
             raise SourceError(repo.name, repo.uri, "interrupted: the operator is stopping", transient=True) from None
         raise SourceError(repo.name, repo.uri, f"not fetched within the {options.timeout:g} s deadline "

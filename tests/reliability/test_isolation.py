@@ -7,6 +7,7 @@ fetch). What a deleted KfDef left in the work directory goes with it.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -101,13 +102,47 @@ def test_a_deleted_kfdef_leaves_nothing_in_the_work_directory(operator, kube, kf
     reliability.figure("bytes removed", size)
 
 
+def test_a_kfdef_deleted_while_it_renders_goes_at_once_and_its_render_is_killed(operator, control_plane, kube,
+                                                                                kfdef_namespace, new_stack, tmp_path,
+                                                                                reliability):
+    """A KfDef deleted while its render runs: the render is killed and the KfDef gone within seconds"""
+    stack = new_stack(with_webhook=False)
+    pid_file = tmp_path / "render.pid"
+    operator.stop()
+    process = OperatorProcess(control_plane.kubeconfig, tmp_path / "operator", env={
+        **OPERATOR_ENV, "KFDEF_RENDER_HELPER": str(fake_helper(tmp_path / "slow-helper",
+                                                               f"echo $$ > {pid_file}; exec sleep 600"))})
+    process.start()
+    try:
+        kube.apply(stack.kfdef("rendering", kfdef_namespace))
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30, what="the render to start")
+        helper = int(pid_file.read_text())
+        deleted = time.monotonic()
+        kube.delete(KFDEF_API, "KfDef", "rendering", kfdef_namespace)
+        kube.wait_gone(KFDEF_API, "KfDef", "rendering", kfdef_namespace, timeout=30)
+        gone_after = time.monotonic() - deleted
+
+        def helper_gone() -> bool:
+            try:
+                os.kill(helper, 0)
+            except ProcessLookupError:
+                return True
+            return False
+        wait_for(helper_gone, timeout=10, what="the render helper killed")
+    finally:
+        process.stop()
+        operator.start()
+    reliability.figure("s from the deletion to the KfDef gone", round(gone_after, 2))
+
+
 GRACE_S = 30  # deploy/operator/deployment.yaml's terminationGracePeriodSeconds
 
 
-@pytest.mark.parametrize("state", ["fetch stalled", "render running", "API server gone"])
+@pytest.mark.parametrize("state", ["fetch stalled", "render running", "API server gone", "FIFO in a local source"])
 def test_sigterm_ends_the_operator_within_its_grace_period(state, operator, control_plane, kube, kfdef_namespace,
                                                            new_stack, tmp_path, reliability):
-    """SIGTERM while a fetch waits on a stalled source, while a render runs, or with the API server gone"""
+    """SIGTERM while a fetch waits on a stalled source, while a render runs, with the API server gone, or after a
+    KfDef named a local directory holding a FIFO (issue 39, item 4: its hashing blocked a work thread for ever)"""
     server = TarballServer()
     stack = new_stack(with_webhook=False)
     env = {**OPERATOR_ENV, "KFDEF_FETCH_TIMEOUT": "600s", "KFDEF_FETCH_READ_TIMEOUT": "600s"}
@@ -127,6 +162,12 @@ def test_sigterm_ends_the_operator_within_its_grace_period(state, operator, cont
             server.serve("/m.tar.gz", tarball(stack.root))
             kube.apply(stack.kfdef("rendering", kfdef_namespace, uri=server.url("/m.tar.gz")))
             wait_for(started.exists, timeout=30, what="the render to start")
+        elif state == "FIFO in a local source":
+            os.mkfifo(stack.root / "pipe")
+            kube.apply(stack.kfdef("fifo", kfdef_namespace))
+            refused = wait_condition_reason(kube, "fifo", kfdef_namespace, "Degraded", "True", "SourceFailed",
+                                            timeout=30)
+            assert "pipe is a named pipe (FIFO)" in condition(refused, "Degraded")["message"]
         else:
             server.serve("/m.tar.gz", tarball(stack.root))
             kube.apply(stack.kfdef("ready", kfdef_namespace, uri=server.url("/m.tar.gz")))

@@ -178,7 +178,7 @@ def test_git_over_plain_http_and_git_file_outside_the_roots_are_refused(tmp_path
     repo.index.add(["kustomization.yaml"])
     repo.index.commit("one", author=git.Actor("t", "t@example.org"), committer=git.Actor("t", "t@example.org"))
     roots = {"KFDEF_LOCAL_SOURCE_ROOTS": str(tmp_path / "allowed")}
-    with pytest.raises(SourceError, match="outside the directories this operator reads sources from"):
+    with pytest.raises(SourceError, match="outside the directories this operator reads local sources from"):
         resolve_source(Repo("manifests", f"git+file://{repository}"), SourceCache(tmp_path / "b"),
                        FetchOptions.from_env(roots, **FAST))
     assert not any((tmp_path / "b" / "git").iterdir()), "the repository was fetched"
@@ -234,8 +234,9 @@ def test_the_operator_reads_no_local_source_outside_its_roots(operator, kube, kf
     assert not kube.exists("v1", "Namespace", stack.namespace), "a refused source was applied"
     delete_kfdefs(kube, kfdef_namespace)
     reliability.figure("refused", ", ".join(uri for uri, _ in cases.values()).replace(str(work_dir), "<work-dir>"))
-    reliability.figure("condition", "Degraded=True SourceFailed: local path ... is outside the directories this "
-                                    "operator reads sources from (KFDEF_LOCAL_SOURCE_ROOTS: ...)")
+    reliability.figure("condition", "Degraded=True SourceFailed: repo 'manifests' (<uri>): the path is outside the "
+                                    "directories this operator reads local sources from (its admin lists them in "
+                                    "KFDEF_LOCAL_SOURCE_ROOTS)")
 
 
 @pytest.mark.cluster

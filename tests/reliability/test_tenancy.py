@@ -1,4 +1,5 @@
-"""Tenants act with their own identity: a KfDef can never do more than its owner may (issue 12, item 1).
+"""Tenants act with their own identity: a KfDef can never do more than its owner may (issue 12, item 1), nor slow
+another tenant's KfDefs down (issue 39, item 1).
 
 This module starts its own control plane (as tests/cluster/test_deploy.py does): the operator here runs as the
 token user ``kfdef-operator`` bound to deploy/'s ClusterRoles, the only operator on that plane. A tenant is the
@@ -9,6 +10,7 @@ not a narrower operator role; the multi-tenant component's narrower role is exer
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +18,14 @@ import pytest
 import yaml
 
 from kfdef_dev.controlplane import OPERATOR_USER, TENANT_USER, ControlPlane
+from kfdef_dev.manifests import tarball
 from tests.cluster.conftest import CRD_FILE, KFDEF_API, wait_condition_reason
 from tests.cluster.test_deploy import documents, edited_deploy, kubectl, kustomize_build
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
-from tests.reliability.support import condition, wait_ready
+from tests.reliability.support import TarballServer, condition, wait_ready
 from tests.stacks import make_stack, write_package
+from tests.unit.test_confinement import laughs
 
 pytestmark = pytest.mark.cluster
 
@@ -298,3 +302,83 @@ def test_a_kfdef_acts_only_as_an_existing_service_account_of_its_own_namespace(p
     reliability.figure("refusals", "ServiceAccountNotFound (missing; the operator's name), InvalidSpec (elsewhere)")
     reliability.figure("ServiceAccount gone at teardown",
                        "nothing deleted by the operator; dependents left to the garbage collector, Orphaned event")
+
+
+OTHER_TENANT = "tenant-b"
+SLOW_KFDEFS = 4  # as many as the operator's work threads (--work-threads 4, the default)
+
+
+def configmap_kfdef(name: str, namespace: str, uri: str, path: str = "app") -> dict:
+    return {"apiVersion": KFDEF_API, "kind": "KfDef", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"repos": [{"name": "manifests", "uri": uri}],
+                     "applications": [{"name": "app",
+                                       "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}}]}}
+
+
+def let_default_write_configmaps(admin: Kube, namespace: str) -> None:
+    """The namespace's ServiceAccount ``default`` (what include/multi-tenant's KfDefs act as) manages ConfigMaps."""
+    admin.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}})
+    admin.apply({"apiVersion": RBAC, "kind": "Role", "metadata": {"name": "configmaps", "namespace": namespace},
+                 "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]})
+    admin.apply({"apiVersion": RBAC, "kind": "RoleBinding", "metadata": {"name": "configmaps", "namespace": namespace},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmaps"},
+                 "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
+
+
+def test_one_tenants_slow_and_hostile_kfdefs_do_not_hold_up_another_tenant(plane, admin, multi_tenant, tenant,
+                                                                          tmp_path, reliability):
+    """Slow and hostile KfDefs in tenant-a: tenant-b's one ConfigMap is Ready in seconds; a change or deletion stops
+    a fetch at once"""
+    server = TarballServer()
+    write_package(tmp_path / "repo", "app", [{"apiVersion": "v1", "kind": "ConfigMap",
+                                              "metadata": {"name": "small"}, "data": {"k": "v"}}])
+    (tmp_path / "repo" / "bomb").mkdir()
+    (tmp_path / "repo" / "bomb" / "kustomization.yaml").write_text(laughs(10))
+    routes = [server.serve(f"/slow-{i}.tar.gz", tarball(tmp_path / "repo"), mode="trickle")
+              for i in range(SLOW_KFDEFS)]
+    server.serve("/fast.tar.gz", tarball(tmp_path / "repo"))
+    admin.create_namespace(OTHER_TENANT)
+    let_default_write_configmaps(admin, TENANT)
+    let_default_write_configmaps(admin, OTHER_TENANT)
+    process = start_operator(plane, tmp_path, *multi_tenant, "--work-threads", str(SLOW_KFDEFS),
+                             env={"KFDEF_FETCH_TIMEOUT": "600s"})
+    try:
+        for i in range(SLOW_KFDEFS):
+            kubectl(plane, "create", "-f", "-", kubeconfig=tenant, stdin=yaml.safe_dump(
+                configmap_kfdef(f"slow-{i}", TENANT, server.url(f"/slow-{i}.tar.gz"))))
+        for i in range(2):
+            kubectl(plane, "create", "-f", "-", kubeconfig=tenant, stdin=yaml.safe_dump(
+                configmap_kfdef(f"bomb-{i}", TENANT, str(tmp_path / "repo"), path="bomb")))
+        wait_for(lambda: all(r.hits for r in routes), timeout=60, what="every slow fetch started")
+
+        created = time.monotonic()
+        admin.apply(configmap_kfdef("small", OTHER_TENANT, str(tmp_path / "repo")))
+        wait_ready(admin, "small", OTHER_TENANT, timeout=30)
+        small_ready = time.monotonic() - created
+        assert admin.exists("v1", "ConfigMap", "small", OTHER_TENANT)
+        assert condition(admin.get(KFDEF_API, "KfDef", "slow-1", TENANT), "Ready")["reason"] == "FetchingSources"
+
+        # A new generation: the fetch of the old one stops, the new one is fetched at once; the thread it held
+        # serves tenant-a's bombs too, refused at once.
+        changed = time.monotonic()
+        admin.apply(configmap_kfdef("slow-0", TENANT, server.url("/fast.tar.gz")))
+        wait_ready(admin, "slow-0", TENANT, timeout=30)
+        new_generation_ready = time.monotonic() - changed
+        for i in range(2):
+            bomb = wait_condition_reason(admin, f"bomb-{i}", TENANT, "Degraded", "True", "RenderFailed", timeout=30)
+            assert "its aliases stand for more than 100000 nodes" in condition(bomb, "Degraded")["message"]
+        # Deleted: the fetches stop and the KfDefs are gone, without waiting for their 600 s deadline.
+        deleted = time.monotonic()
+        delete_kfdefs(admin)
+        gone_after = time.monotonic() - deleted
+        assert gone_after < 30, f"the deleted KfDefs took {gone_after:.0f} s to go"
+        delete_kfdefs(admin, OTHER_TENANT)
+    finally:
+        process.stop()
+        server.close()
+        admin.delete_namespace(OTHER_TENANT)
+    reliability.figure("s from tenant-b's KfDef created to Ready", round(small_ready, 1))
+    reliability.figure("s from a slow KfDef's new generation to Ready", round(new_generation_ready, 1))
+    reliability.figure("s from deleting tenant-a's KfDefs to gone", round(gone_after, 1))
+    reliability.note(f"{SLOW_KFDEFS} KfDefs trickling 1 byte/s (KFDEF_FETCH_TIMEOUT=600s) and 2 billion-laughs "
+                     f"kustomizations in tenant-a, --work-threads {SLOW_KFDEFS}, include/multi-tenant")

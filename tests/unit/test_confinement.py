@@ -270,6 +270,32 @@ def test_safe_yaml_refuses_deep_nesting_before_composing():
     assert safe_yaml.nesting_depth({"a": [{"b": 1}]}) == 3
 
 
+def laughs(levels: int, fan_out: int = 10) -> str:
+    """The billion-laughs kustomization: each level a list of ``fan_out`` aliases of the level below."""
+    lines = [f"l0: &l0 [{', '.join(['lol'] * fan_out)}]"]
+    lines += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * fan_out)}]" for n in range(1, levels)]
+    return "\n".join([*lines, f"resources: *l{levels - 1}", ""])
+
+
+@pytest.mark.timeout(30)  # before the limit, the !!binary check walked all 10^10 nodes (issue 39, item 1)
+def test_a_kustomization_whose_aliases_expand_to_billions_of_nodes_is_refused_at_once(tree):
+    bomb = laughs(10)
+    assert len(bomb) < 1024
+    write(tree / "app" / "kustomization.yaml", bomb)
+    [violation] = check(tree, tree / "app").violations
+    assert violation.problem.startswith("cannot be checked: its aliases stand for more than 100000 nodes"), violation
+    assert safe_yaml.load(laughs(4))["resources"][9][9][9][9] == "lol"  # 10^4 nodes through aliases: fine
+    # laughs(3): l1's ten aliases stand for 10 x 11 nodes, l2's for 10 x 111, resources' for l2's 1,111
+    safe_yaml.check_limits(laughs(3), max_aliased=110 + 1110 + 1111)
+    with pytest.raises(safe_yaml.YamlLimitError, match="aliases stand for more than 2330 nodes"):
+        safe_yaml.check_limits(laughs(3), max_aliased=2330)
+
+
+def test_anchors_are_per_document():
+    documents = safe_yaml.load_all("a: &x [1, 2]\nb: *x\n---\nc: &x 3\nd: *x\n")
+    assert documents == [{"a": [1, 2], "b": [1, 2]}, {"c": 3, "d": 3}]
+
+
 # --- Kubeflow's own trees ------------------------------------------------------------------------------------------
 
 KUBEFLOW_V1_2 = ["namespaces/base", "application/v3", "stacks/kubernetes/application/istio-1-3-1-stack",

@@ -24,6 +24,7 @@ from kfdef_operator.build.render import RenderError
 from kfdef_operator.source.resolve import ResolvedSource
 from tests.kube import wait_for
 from tests.unit.conftest import STACKS
+from tests.unit.test_interrupt import REASON, interrupted_on_a_thread
 from tests.unit.test_kustomize import fake_helper
 
 
@@ -107,6 +108,22 @@ def test_a_hang_is_killed_at_the_wall_time_limit_with_everything_it_started(tmp_
     with pytest.raises(ProcessLookupError):
         for _ in range(100):  # killed with its process group; reaped by init shortly after
             os.kill(grandchild, 0)
+            time.sleep(0.05)
+
+
+def test_an_interrupted_render_is_killed_at_once_with_everything_it_started(tmp_path, monkeypatch):
+    """Issue 39, item 1: a deleted or changed KfDef's render ran on to its wall-time limit."""
+    pid_file = tmp_path / "grandchild.pid"
+    monkeypatch.setenv("KFDEF_RENDER_HELPER", str(fake_helper(tmp_path / "hang", f"sleep 600 & echo $! > {pid_file}"
+                                                                                 "\nexec sleep 600")))
+    raised, took = interrupted_on_a_thread(
+        lambda interrupt: IsolatedRender(limits=small_limits())(kfdef_of(), package(tmp_path, {}), tmp_path / "work",
+                                                                interrupt=interrupt),
+        ready=lambda: pid_file.exists() and bool(pid_file.read_text().strip()))
+    assert [str(e) for e in raised] == [f"render of KfDef tenant/kf killed: interrupted: {REASON}"] and took < 5
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(int(pid_file.read_text()), 0)
             time.sleep(0.05)
 
 

@@ -74,7 +74,7 @@ def test_healthz_fails_when_every_work_thread_is_held_too_long():
         server = ProbeServer(probes(liveness), f"127.0.0.1:{port}")
         await server.start()
         release = threading.Event()
-        job = asyncio.create_task(pool.run(release.wait, 30))
+        job = asyncio.create_task(pool.run("ns", lambda _: release.wait(30)))
         try:
             while pool.running < 1:
                 await asyncio.sleep(0.01)

@@ -41,7 +41,8 @@ class CannedRender(IsolatedRender):
         return f"canned:{len(self.objects)}"
 
     def __call__(self, kfdef: Any, sources: Mapping[str, Any], workdir: Path, *,
-                 progress: Callable[[RenderedApplication], None] | None = None) -> list[RenderedApplication]:
+                 progress: Callable[[RenderedApplication], None] | None = None,
+                 interrupt: Any = None) -> list[RenderedApplication]:
         return [RenderedApplication("app", "plain", [dict(obj) for obj in self.objects])]
 
 

@@ -362,6 +362,18 @@ def test_broken_kustomization_surfaces_kustomize_stderr_and_all_failures(tmp_pat
 
 
 @pytest.mark.kustomize
+def test_a_kustomization_that_is_not_an_object_is_named_by_its_directory_not_the_render_copy(tmp_path):
+    """Issue 39, item 7: the refusal showed the path of the operator's copy in its work directory."""
+    (tmp_path / "repo" / "listed" / "base").mkdir(parents=True)
+    (tmp_path / "repo" / "listed" / "base" / "kustomization.yaml").write_text("- resources\n")
+    kfdef = write_kfdef({"name": "listed", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "listed"}}})
+    sources = {"manifests": ResolvedSource("manifests", "/unused", tmp_path / "repo", "test")}
+    with pytest.raises(RenderError, match=r"kustomization.yaml in base/ is not a kustomization") as caught:
+        render(kfdef, sources, tmp_path / "work")
+    assert str(tmp_path) not in str(caught.value)
+
+
+@pytest.mark.kustomize
 def test_package_without_any_kustomization_is_an_error(tmp_path):
     kfdef = write_kfdef({"name": "x", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "stacks"}}})
     with pytest.raises(RenderError, match="neither base/kustomization.yaml nor a kustomization.yaml"):

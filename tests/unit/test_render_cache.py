@@ -22,7 +22,7 @@ from tests.unit.test_render import FIXTURES, local_sources
 def counting_cache(tmp_path, settings="kustomize=pinned;remote-bases=refused"):
     calls = []
 
-    def renderer(*args):
+    def renderer(*args, interrupt=None):
         calls.append(args)
         return render(*args)
 

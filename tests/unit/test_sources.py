@@ -29,9 +29,11 @@ from kfdef_operator.source import git as git_module
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError, redact_uri
 from kfdef_operator.source.git import parse_git_uri
+from kfdef_operator.source.interrupt import Interrupt
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.source.resolve import resolve_source, resolve_sources
+from tests.unit.test_interrupt import REASON, interrupted_on_a_thread
 
 #: The test servers listen on 127.0.0.1, an internal address the operator refuses unless allowed.
 LOOPBACK = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "test"))
@@ -230,6 +232,20 @@ def test_a_name_that_does_not_resolve_is_transient_and_not_retried_at_once(cache
     assert lookups == ["no-such-host.invalid"], "retried within the fetch"
 
 
+def test_an_interrupted_fetch_ends_at_once(server, cache):
+    """Issue 39, item 1: a deleted or changed KfDef's fetch ran on to its deadline."""
+    server.routes["/stalled.tgz"] = Route(stall=True)
+    stalled = [Repo("manifests", server.url("/stalled.tgz"))]
+    raised, took = interrupted_on_a_thread(
+        lambda interrupt: resolve_sources(stalled, cache, replace(FAST, read_timeout=60), interrupt=interrupt),
+        ready=lambda: bool(server.hits.get("/stalled.tgz")))
+    assert [(e.message, e.transient) for e in raised] == [(f"interrupted: {REASON}", True)] and took < 2
+    interrupted = Interrupt()
+    interrupted.interrupt(REASON)
+    with pytest.raises(SourceError, match=f"interrupted: {REASON}"):  # a fetch started after the interrupt
+        resolve_sources(stalled, cache, FAST, interrupt=interrupted)
+
+
 def test_read_timeout_is_transient(server, cache):
     server.routes["/slow.tgz"] = Route(stall=True)
     options = replace(FAST, read_timeout=0.2, retries=0)
@@ -350,6 +366,66 @@ def test_directory_is_used_in_place_with_a_content_revision(tmp_path, cache, loc
     (tree / "escape").symlink_to("/etc")
     with pytest.raises(SourceError, match="points outside"):
         fetch(str(tree), cache, local)
+
+
+def test_a_directory_inside_or_holding_the_work_directory_is_refused(tmp_path, cache, local):
+    """Issue 39, item 5: the work directory holds every KfDef's sources; a source above it would read them all."""
+    (tmp_path / "cache" / "sources").mkdir(parents=True)
+    for uri, where in ((tmp_path / "cache" / "sources", "is inside"), (tmp_path, "holds")):
+        with pytest.raises(SourceError, match=f"{where} the operator's own work directory") as caught:
+            fetch(str(uri), cache, local)
+        assert not caught.value.transient
+
+
+@pytest.mark.timeout(30)  # before: hashing opened the named pipe and waited for a writer for ever
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_named_pipes_and_sockets_in_a_local_directory_are_refused(tmp_path, cache, local, kind):
+    """Issue 39, item 4: a FIFO in an allowed directory held a work thread past every deadline."""
+    tree = tmp_path / "repo"
+    (tree / "app").mkdir(parents=True)
+    (tree / "app" / "kustomization.yaml").write_text("resources: []\n")
+    if kind == "fifo":
+        os.mkfifo(tree / "app" / "special")
+    else:
+        listening = socket.socket(socket.AF_UNIX)
+        listening.bind(str(tree / "app" / "special"))
+    what = "a named pipe (FIFO)" if kind == "fifo" else "a socket"
+    with pytest.raises(SourceError, match=re.escape(f"app/special is {what}; a local source may hold only regular "
+                                                    "files, directories and symlinks")) as caught:
+        fetch(str(tree), cache, local)
+    assert not caught.value.transient
+    with pytest.raises(SourceError, match=re.escape(f"the path is {what}, neither a directory nor a tar archive")):
+        fetch(str(tree / "app" / "special"), cache, local)
+
+
+def test_a_local_directory_is_hashed_within_the_fetch_deadline(tmp_path, cache, local):
+    """Issue 39, item 4: hashing a large local directory ignored the deadline."""
+    tree = tmp_path / "repo"
+    tree.mkdir()
+    (tree / "big.yaml").write_bytes(b"#" * (8 * 1024 * 1024))
+    with pytest.raises(SourceError, match="not fetched within the 0.001 s deadline") as caught:
+        fetch(str(tree), cache, replace(local, timeout=0.001))
+    assert caught.value.transient
+    assert fetch(str(tree), cache, local).revision.startswith("dir-sha256:")
+
+
+def test_refusals_name_the_repo_not_the_operators_layout(tmp_path, cache, local, monkeypatch):
+    """Issue 39, item 7: neither the admin's roots nor the operator's directories show in what a KfDef is told."""
+    operator_home = tmp_path / "operator"
+    operator_home.mkdir()
+    monkeypatch.chdir(operator_home)
+    (tmp_path / "cache" / "sources").mkdir(parents=True)
+    (tmp_path / "shortcut").symlink_to(tmp_path / "cache" / "sources")
+    told = {}
+    for uri in ("/etc", "file:///var/run/secrets", "no/such/dir", str(tmp_path / "shortcut")):
+        with pytest.raises(SourceError) as caught:
+            fetch(uri, cache, local)
+        told[uri] = str(caught.value)
+    for uri, message in told.items():
+        assert message.startswith(f"repo 'manifests' ({uri}): the path "), message
+        assert str(tmp_path) not in message.removeprefix(f"repo 'manifests' ({uri})"), message
+    assert "KFDEF_LOCAL_SOURCE_ROOTS" in told["/etc"] and "does not exist" in told["no/such/dir"]
+    assert "is inside the operator's own work directory" in told[str(tmp_path / "shortcut")]
 
 
 def test_missing_path_explains_where_it_looked(tmp_path, cache, local):

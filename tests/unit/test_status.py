@@ -1,4 +1,4 @@
-"""KfDef conditions and verdicts (kfdef_operator.runtime.conditions)."""
+"""KfDef conditions and verdicts (kfdef_operator.runtime.conditions), and the health deadline read from status."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ from kfdef_operator.runtime.conditions import (
     terminating,
     truncate,
 )
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.status import health_clock, health_deadline_in, health_overdue
 
 T0, T1, T2 = "2024-01-01T00:00:00Z", "2024-01-01T00:01:00Z", "2024-01-01T00:02:00Z"
 
@@ -270,3 +273,37 @@ def test_counted(count, expected):
 ])
 def test_list_objects(items, expected):
     assert list_objects(iter(items)) == expected
+
+
+# --- the health deadline, from status alone (issue 39, item 8) ------------------------------------------------------
+
+def stack_with(*conditions: tuple[str, str, str, int, str]) -> Stack:
+    """A stack of generation 2 whose status holds ``conditions``: (type, status, reason, generation, timestamp)."""
+    stack = Stack(Owner("kf", "kubeflow", "u"), 2)
+    stack.status = {"conditions": [{"type": t, "status": s, "reason": r, "message": "", "observedGeneration": g,
+                                    "lastTransitionTime": at, "lastUpdateTime": at} for t, s, r, g, at in conditions]}
+    return stack
+
+
+def test_the_health_deadline_runs_from_the_reconcile_status_recorded_done_for_the_generation():
+    done_at = st.seconds_of("2026-01-01T00:00:00Z")
+    assert done_at is not None and st.seconds_of("soon") is None
+    done = stack_with((RECONCILING, "False", "Done", 2, "2026-01-01T00:00:00Z"))
+    assert health_clock(done) == done_at
+    assert health_deadline_in(done, health_timeout=300, now=done_at + 100) == 200
+    assert not health_overdue(done, health_timeout=300, now=done_at + 300)
+    assert health_overdue(done, health_timeout=300, now=done_at + 301)
+    assert health_deadline_in(done, health_timeout=300, now=done_at + 400) == 0
+    for not_started in (stack_with((RECONCILING, "True", "Applying", 2, "2026-01-01T00:00:00Z")),
+                        stack_with((RECONCILING, "False", "Done", 1, "2026-01-01T00:00:00Z")), stack_with()):
+        assert health_clock(not_started) is None
+        assert health_deadline_in(not_started, health_timeout=300, now=done_at + 1000) == 300
+        assert not health_overdue(not_started, health_timeout=300, now=done_at + 1000)
+
+
+def test_a_deadline_status_says_has_passed_stays_passed():
+    suspended = stack_with((RECONCILING, "False", "Suspended", 2, "2026-01-01T00:10:00Z"),
+                           (DEGRADED, "True", "HealthCheckTimeout", 2, "2026-01-01T00:05:00Z"))
+    assert health_overdue(suspended, health_timeout=300, now=0)
+    older = stack_with((DEGRADED, "True", "HealthCheckTimeout", 1, "2026-01-01T00:05:00Z"))
+    assert not health_overdue(older, health_timeout=300, now=st.seconds_of("2026-01-01T01:00:00Z") or 0)
