@@ -5,6 +5,7 @@ Hostile inputs: HTTP errors and timeouts, damaged and unsafe archives, decompres
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import io
 import os
@@ -516,7 +517,12 @@ def test_git_fetch_is_killed_with_its_helpers_at_the_deadline(cache):
     (git-remote-http, blocked on the socket) ends with git."""
     listener = socket.create_server(("127.0.0.1", 0))
     accepted: list[socket.socket] = []
-    threading.Thread(target=lambda: accepted.extend(iter(lambda: listener.accept()[0], None)), daemon=True).start()
+
+    def accept_until_closed() -> None:
+        with contextlib.suppress(OSError):  # the listener closed at the end of the test
+            while True:
+                accepted.append(listener.accept()[0])
+    threading.Thread(target=accept_until_closed, daemon=True).start()
     url = f"127.0.0.1:{listener.getsockname()[1]}/stalled.git"
     started = time.monotonic()
     try:
