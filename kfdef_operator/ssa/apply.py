@@ -14,9 +14,12 @@
 - everything else is server-side applied with ``force`` (the owner is a
   controller: the fields it declares are its own; fields it does not declare
   stay with whoever set them);
-- an apply refused because an immutable field changed is retried as delete and
-  re-create only for objects the owner created, and only for kinds that hold
-  no data unless :attr:`ApplyOptions.force` says otherwise; else reported;
+- an apply refused because an immutable field changed (as
+  :mod:`~kfdef_operator.ssa.immutable` recognises it) is retried as delete and
+  re-create only for objects the owner created, and only when that destroys no
+  data (:func:`~kfdef_operator.ssa.immutable.data_at_stake`: a StatefulSet
+  whose claims are retained destroys none) unless :attr:`ApplyOptions.force`
+  says otherwise; else reported;
 - an object refused for its content (:func:`is_content_refusal`) is reported
   as such (:func:`~kfdef_operator.ssa.changeset.refusal`), and one whose
   refusal was reported already (:attr:`ApplyOptions.settled`) is not sent again.
@@ -37,6 +40,7 @@ from kfdef_operator.ssa.changeset import Action, Change, kept_answer, refusal
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.ssa.immutable import STATELESS_KINDS, data_at_stake, is_immutable_error
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.live import OwnWrites
 from kfdef_operator.ssa.lookup import Known, LiveLookup
@@ -44,13 +48,6 @@ from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
 from kfdef_operator.ssa.waits import Waits
 
 log = logging.getLogger(__name__)
-
-# Kinds that may be deleted and re-created when an immutable field changes: they hold no data and their
-# consumers recover (pods are rolled, bindings re-read). Anything else needs ApplyOptions.force.
-STATELESS_KINDS = frozenset({
-    "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Service", "RoleBinding", "ClusterRoleBinding",
-    "PodDisruptionBudget", "Ingress", "NetworkPolicy",
-})
 
 FORGED_STAMP_NOTE = "carried the ownership stamp of a KfDef that does not exist"
 """Starts the note of an object adopted although another KfDef's stamp was on it (that KfDef does not exist)."""
@@ -61,8 +58,8 @@ class ApplyOptions:
     """How far an apply may go beyond a plain server-side apply."""
 
     #: Re-create objects of any kind (data-holding ones included) whose immutable fields changed (Flux's
-    #: ``spec.force``). Without it only :data:`STATELESS_KINDS` are re-created. Never objects the owner did not
-    #: create.
+    #: ``spec.force``). Without it only kinds whose re-creation destroys no data are
+    #: (:func:`~kfdef_operator.ssa.immutable.data_at_stake`). Never objects the owner did not create.
     force: bool = False
     #: Objects that are updated when present but never created when absent, with the reason (run-once objects
     #: that completed and were removed, such as Jobs with a TTL).
@@ -74,11 +71,6 @@ class ApplyOptions:
     #: Objects whose refusal for their content was reported already and that nothing could have changed since,
     #: with the message reported: reported failed again, not sent.
     settled: Mapping[ObjectRef, str] = field(default_factory=dict)
-
-
-def is_immutable_error(error: KubeApiError) -> bool:
-    text = error.message.lower()
-    return error.status in (409, 422) and ("immutable" in text or "cannot change" in text or "may not change" in text)
 
 
 #: A 500 that is no trouble of the server's: server-side apply cannot build a typed patch from the object (a value
@@ -252,12 +244,15 @@ class Applier:
         if claim is not Claim.OURS:
             return refusal(ref, f"{refused}, and the object existed before this stack: it is never deleted or "
                                 "re-created by the operator; change it by hand")
-        if ref.kind not in STATELESS_KINDS and not options.force:
-            return refusal(ref, f"{refused}; {ref.kind} may hold data and is re-created only when the owner sets "
-                                "spec.force: true (or delete it by hand)")
+        path = resource.path_of(ref)
+        # Only an object that may hold data is read, for how it holds it (a StatefulSet's claims).
+        at_stake = (None if options.force or ref.kind in STATELESS_KINDS
+                    else data_at_stake(ref.kind, await self.access.kube.get(path)))
+        if at_stake is not None:
+            return refusal(ref, f"{refused}; {at_stake}: re-created only when the owner sets spec.force: true (or "
+                                "delete it by hand)")
         if options.dry_run:
             return Change(ref, Action.CREATED, "would be deleted and re-created: an immutable field changed")
-        path = resource.path_of(ref)
         log.info("re-creating %s: an immutable field changed", ref)
         try:
             await self.access.kube.request("DELETE", path, body=delete_body((live_meta or {}).get("uid")))
