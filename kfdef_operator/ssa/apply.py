@@ -20,6 +20,9 @@
   data (:func:`~kfdef_operator.ssa.immutable.data_at_stake`: a StatefulSet
   whose claims are retained destroys none) unless :attr:`ApplyOptions.force`
   says otherwise; else reported;
+- a CRD refused because it drops a version objects may still be stored at has
+  those objects migrated first (:mod:`~kfdef_operator.ssa.migration`), then is
+  applied; objects that cannot be migrated stop that CRD alone, never deleted;
 - an object refused for its content (:func:`is_content_refusal`) is reported
   as such (:func:`~kfdef_operator.ssa.changeset.refusal`), and one whose
   refusal was reported already (:attr:`ApplyOptions.settled`) is not sent again.
@@ -44,7 +47,9 @@ from kfdef_operator.ssa.immutable import STATELESS_KINDS, data_at_stake, is_immu
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.live import OwnWrites
 from kfdef_operator.ssa.lookup import Known, LiveLookup
+from kfdef_operator.ssa.migration import Result, StoredVersionMigration
 from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
+from kfdef_operator.ssa.storedversions import is_stored_version_refusal
 from kfdef_operator.ssa.waits import Waits
 
 log = logging.getLogger(__name__)
@@ -104,6 +109,7 @@ class Applier:
         self.waits = waits
         self.owners = owners
         self.own_writes = own_writes
+        self.migration = StoredVersionMigration(access, self.server_side_apply, own_writes)
 
     async def apply_one(self, ownership: Ownership, obj: JSON, resource: Resource, live_meta: JSON | None,
                         options: ApplyOptions = ApplyOptions()) -> Change:
@@ -140,15 +146,43 @@ class Applier:
                 live, created, dropped = await self.server_side_apply(ref, stamped, resource,
                                                                       ownership.field_manager, dry_run=options.dry_run)
         except KubeApiError as error:
+            if is_stored_version_refusal(error):
+                return await self._migrate_stored_versions(ownership, ref, obj, stamped, resource, claim, options)
             if is_immutable_error(error):
                 return await self._recreate(ownership, ref, stamped, resource, claim, live_meta, options, error)
-            if is_content_refusal(error):
-                return refusal(ref, self.access.describe(error))
-            return Change(ref, Action.FAILED, self.access.describe(error))
+            return self._failure(ref, error)
         action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
         note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
         note = "; ".join(n for n in (unclaimed_note, note) if n)
         return Change(ref, action, note, live=live if options.dry_run else kept_answer(live))
+
+    def _failure(self, ref: ObjectRef, error: KubeApiError, context: str = "", live: JSON | None = None) -> Change:
+        """The failure of a write the API server refused: reported once when refused for the object's content."""
+        why = f"{context}: {self.access.describe(error)}" if context else self.access.describe(error)
+        return refusal(ref, why, live) if is_content_refusal(error) else Change(ref, Action.FAILED, why, live=live)
+
+    async def _migrate_stored_versions(self, ownership: Ownership, ref: ObjectRef, obj: JSON, stamped: JSON,
+                                       resource: Resource, claim: Claim, options: ApplyOptions) -> Change:
+        """A CRD the API server refused for dropping a version objects may be stored at: those objects migrated
+        (:meth:`StoredVersionMigration.migrate`), then the CRD applied as rendered."""
+        adopted = claim in (Claim.UNCLAIMED, Claim.ADOPTED)
+        outcome = await self.migration.migrate(
+            ref, obj, lambda crd: ownership.stamp(crd, namespaced=False, adopted=adopted), resource,
+            ownership.field_manager, dry_run=options.dry_run)
+        left = kept_answer(outcome.crd) if outcome.crd is not None else None
+        if outcome.result is Result.PREVIEWED:
+            return Change(ref, Action.CONFIGURED, outcome.note)
+        if outcome.result is Result.REFUSED:
+            return refusal(ref, outcome.note, left)
+        if outcome.result is Result.FAILED:
+            return (self._failure(ref, outcome.error, outcome.note, left) if outcome.error is not None
+                    else Change(ref, Action.FAILED, outcome.note, live=left))
+        try:
+            live, _, _ = await self.server_side_apply(ref, stamped, resource, ownership.field_manager)
+        except KubeApiError as error:
+            return self._failure(ref, error, f"{outcome.note}; then applying the CRD as rendered", left)
+        action = Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED
+        return Change(ref, action, outcome.note, live=kept_answer(live))
 
     async def _holder_missing(self, ownership: Ownership, live_meta: JSON) -> bool:
         """Whether the owner a stamp names is known not to exist (404). Any other answer (it exists, it may not be
