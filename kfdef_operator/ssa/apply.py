@@ -178,11 +178,13 @@ class Applier:
             return (self._failure(ref, outcome.error, outcome.note, left) if outcome.error is not None
                     else Change(ref, Action.FAILED, outcome.note, live=left))
         try:
-            live, _, _ = await self.server_side_apply(ref, stamped, resource, ownership.field_manager)
+            live, _, _ = await self.server_side_apply(ref, stamped, resource, ownership.field_manager,
+                                                      dry_run=options.dry_run)
         except KubeApiError as error:
-            return self._failure(ref, error, f"{outcome.note}; then applying the CRD as rendered", left)
+            return self._failure(ref, error, outcome.note and f"{outcome.note}; then applying the CRD as rendered",
+                                 left)
         action = Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED
-        return Change(ref, action, outcome.note, live=kept_answer(live))
+        return Change(ref, action, outcome.note, live=live if options.dry_run else kept_answer(live))
 
     async def _holder_missing(self, ownership: Ownership, live_meta: JSON) -> bool:
         """Whether the owner a stamp names is known not to exist (404). Any other answer (it exists, it may not be

@@ -112,8 +112,8 @@ class StoredVersionMigration:
             return MigrationOutcome(Result.REFUSED, f"stored versions not migrated: {error}")
         if plan is None:  # storedVersions changed meanwhile: the CRD may be applied as it is
             return MigrationOutcome(Result.MIGRATED, "")
-        what = f"objects stored at {', '.join(plan.dropped)}"
-        log.info("%s: migrating the %s to %s before dropping those versions", ref, what, plan.storage)
+        log.info("%s: migrating the objects stored at %s to %s before dropping those versions", ref,
+                 ", ".join(plan.dropped), plan.storage)
         try:
             bridge, _, _ = await self.apply(ref, stamp(plan.bridge), resource, field_manager)
         except KubeApiError as error:
@@ -131,21 +131,20 @@ class StoredVersionMigration:
             trimmed = await self._trim(ref, path, plan)
         except (KubeApiError, _Interrupted) as error:
             return self._failed(plan, bridge, error)
-        note = (f"stored versions migrated: {total} {plan.kind} {what} rewritten at {plan.storage}, storedVersions "
-                f"trimmed to {plan.storage}")
+        note = (f"stored versions migrated: {_objects(total, plan.kind)} stored at {', '.join(plan.dropped)} "
+                f"rewritten at {plan.storage}, storedVersions trimmed to {plan.storage}")
         log.info("%s: %s", ref, note)
         return MigrationOutcome(Result.MIGRATED, note, crd=trimmed)
 
     async def _preview(self, plan: MigrationPlan, live: JSON) -> MigrationOutcome:
         """What a migration would do: the objects are counted at a version the live CRD serves."""
         served = [v.get("name") for v in (live.get("spec") or {}).get("versions") or [] if v.get("served")]
-        counted = ""
+        counted = "objects"
         if served:
-            objects = await self._list(plan.resource(str(served[0])).collection_path())
-            counted = f"{len(objects)} {plan.kind} "
-        return MigrationOutcome(Result.PREVIEWED, f"would migrate the {counted}objects stored at "
-                                                  f"{', '.join(plan.dropped)} to {plan.storage}, trim storedVersions "
-                                                  f"to {plan.storage}, then apply the CRD as rendered")
+            counted = _objects(len(await self._list(plan.resource(str(served[0])).collection_path())), plan.kind)
+        return MigrationOutcome(Result.PREVIEWED, f"would migrate the {counted} stored at {', '.join(plan.dropped)} "
+                                                  f"to {plan.storage}, trim storedVersions to {plan.storage}, then "
+                                                  "apply the CRD as rendered")
 
     async def _storage_in_use(self, plan: MigrationPlan) -> None:
         """Wait until discovery says the API server stores the kind at the new storage version (its
@@ -181,7 +180,7 @@ class StoredVersionMigration:
         if plan.converted_as_is:  # how each object reads at the versions it may be stored at
             for version in plan.dropped:
                 for obj in await self._list(plan.resource(version).collection_path()):
-                    earlier.setdefault((obj.get("metadata") or {}).get("uid", ""), []).append(obj)
+                    earlier.setdefault(_uid(obj), []).append(obj)
         results = await self.access.gather([self._rewrite(plan, obj, earlier.get(_uid(obj), []))
                                             for obj in objects])
         stopped = [result if isinstance(result, _Stopped) or result is None
@@ -241,13 +240,17 @@ class StoredVersionMigration:
     def _stopped(self, plan: MigrationPlan, bridge: JSON, stopped: list[_Stopped], total: int) -> MigrationOutcome:
         first = stopped[0]
         refused = all(s.for_content for s in stopped)
-        note = (f"stored versions not migrated: {len(stopped)} of {total} {plan.kind} objects "
+        note = (f"stored versions not migrated: {len(stopped)} of {_objects(total, plan.kind)} "
                 f"{'refused by' if refused else 'not rewritten at'} {plan.storage} (first: {first.name}: "
                 f"{first.why}); the CRD keeps {', '.join(plan.dropped)} served beside {plan.storage} until they are "
                 f"changed to fit {plan.storage} or removed by hand (custom resources are never deleted to make a CRD "
                 "fit)")
         log.warning("%s: %s", plan.name, note)
         return MigrationOutcome(Result.REFUSED if refused else Result.FAILED, note, crd=bridge)
+
+
+def _objects(count: int, kind: str) -> str:
+    return f"{count} {kind} object{'' if count == 1 else 's'}"
 
 
 def _uid(obj: JSON) -> str:
