@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +36,16 @@ def wait_for(check: Callable[[], T], *, timeout: float = 60.0, what: str = "cond
                                  + (f" (last error: {last_error})" if last_error else ""))
         time.sleep(delay)
         delay = min(delay * 1.5, max_delay)
+
+
+async def wait_until(what: str, check: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+    """Await ``check`` every 50 ms until it returns a truthy value, which is returned; fail with ``what`` after
+    ``timeout`` seconds (for tests driving the operator's own async client)."""
+    deadline = time.monotonic() + timeout
+    while not (found := await check()):
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.05)
+    return found
 
 
 class Kube:

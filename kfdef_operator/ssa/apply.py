@@ -14,9 +14,15 @@
 - everything else is server-side applied with ``force`` (the owner is a
   controller: the fields it declares are its own; fields it does not declare
   stay with whoever set them);
-- an apply refused because an immutable field changed is retried as delete and
-  re-create only for objects the owner created, and only for kinds that hold
-  no data unless :attr:`ApplyOptions.force` says otherwise; else reported;
+- an apply refused because an immutable field changed (as
+  :mod:`~kfdef_operator.ssa.immutable` recognises it) is retried as delete and
+  re-create only for objects the owner created, and only when that destroys no
+  data (:func:`~kfdef_operator.ssa.immutable.data_at_stake`: a StatefulSet
+  whose claims are retained destroys none) unless :attr:`ApplyOptions.force`
+  says otherwise; else reported;
+- a CRD refused because it drops a version objects may still be stored at has
+  those objects migrated first (:mod:`~kfdef_operator.ssa.migration`), then is
+  applied; objects that cannot be migrated stop that CRD alone, never deleted;
 - an object refused for its content (:func:`is_content_refusal`) is reported
   as such (:func:`~kfdef_operator.ssa.changeset.refusal`), and one whose
   refusal was reported already (:attr:`ApplyOptions.settled`) is not sent again.
@@ -37,20 +43,16 @@ from kfdef_operator.ssa.changeset import Action, Change, kept_answer, refusal
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.ssa.immutable import STATELESS_KINDS, data_at_stake, is_immutable_error
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.live import OwnWrites
 from kfdef_operator.ssa.lookup import Known, LiveLookup
+from kfdef_operator.ssa.migration import Result, StoredVersionMigration
 from kfdef_operator.ssa.schema import prune_custom_resource, version_schema
+from kfdef_operator.ssa.storedversions import is_stored_version_refusal
 from kfdef_operator.ssa.waits import Waits
 
 log = logging.getLogger(__name__)
-
-# Kinds that may be deleted and re-created when an immutable field changes: they hold no data and their
-# consumers recover (pods are rolled, bindings re-read). Anything else needs ApplyOptions.force.
-STATELESS_KINDS = frozenset({
-    "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Service", "RoleBinding", "ClusterRoleBinding",
-    "PodDisruptionBudget", "Ingress", "NetworkPolicy",
-})
 
 FORGED_STAMP_NOTE = "carried the ownership stamp of a KfDef that does not exist"
 """Starts the note of an object adopted although another KfDef's stamp was on it (that KfDef does not exist)."""
@@ -61,8 +63,8 @@ class ApplyOptions:
     """How far an apply may go beyond a plain server-side apply."""
 
     #: Re-create objects of any kind (data-holding ones included) whose immutable fields changed (Flux's
-    #: ``spec.force``). Without it only :data:`STATELESS_KINDS` are re-created. Never objects the owner did not
-    #: create.
+    #: ``spec.force``). Without it only kinds whose re-creation destroys no data are
+    #: (:func:`~kfdef_operator.ssa.immutable.data_at_stake`). Never objects the owner did not create.
     force: bool = False
     #: Objects that are updated when present but never created when absent, with the reason (run-once objects
     #: that completed and were removed, such as Jobs with a TTL).
@@ -74,11 +76,6 @@ class ApplyOptions:
     #: Objects whose refusal for their content was reported already and that nothing could have changed since,
     #: with the message reported: reported failed again, not sent.
     settled: Mapping[ObjectRef, str] = field(default_factory=dict)
-
-
-def is_immutable_error(error: KubeApiError) -> bool:
-    text = error.message.lower()
-    return error.status in (409, 422) and ("immutable" in text or "cannot change" in text or "may not change" in text)
 
 
 #: A 500 that is no trouble of the server's: server-side apply cannot build a typed patch from the object (a value
@@ -112,6 +109,7 @@ class Applier:
         self.waits = waits
         self.owners = owners
         self.own_writes = own_writes
+        self.migration = StoredVersionMigration(access, self.server_side_apply, own_writes)
 
     async def apply_one(self, ownership: Ownership, obj: JSON, resource: Resource, live_meta: JSON | None,
                         options: ApplyOptions = ApplyOptions()) -> Change:
@@ -148,15 +146,45 @@ class Applier:
                 live, created, dropped = await self.server_side_apply(ref, stamped, resource,
                                                                       ownership.field_manager, dry_run=options.dry_run)
         except KubeApiError as error:
+            if is_stored_version_refusal(error):
+                return await self._migrate_stored_versions(ownership, ref, obj, stamped, resource, claim, options)
             if is_immutable_error(error):
                 return await self._recreate(ownership, ref, stamped, resource, claim, live_meta, options, error)
-            if is_content_refusal(error):
-                return refusal(ref, self.access.describe(error))
-            return Change(ref, Action.FAILED, self.access.describe(error))
+            return self._failure(ref, error)
         action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
         note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
         note = "; ".join(n for n in (unclaimed_note, note) if n)
         return Change(ref, action, note, live=live if options.dry_run else kept_answer(live))
+
+    def _failure(self, ref: ObjectRef, error: KubeApiError, context: str = "", live: JSON | None = None) -> Change:
+        """The failure of a write the API server refused: reported once when refused for the object's content."""
+        why = f"{context}: {self.access.describe(error)}" if context else self.access.describe(error)
+        return refusal(ref, why, live) if is_content_refusal(error) else Change(ref, Action.FAILED, why, live=live)
+
+    async def _migrate_stored_versions(self, ownership: Ownership, ref: ObjectRef, obj: JSON, stamped: JSON,
+                                       resource: Resource, claim: Claim, options: ApplyOptions) -> Change:
+        """A CRD the API server refused for dropping a version objects may be stored at: those objects migrated
+        (:meth:`StoredVersionMigration.migrate`), then the CRD applied as rendered."""
+        adopted = claim in (Claim.UNCLAIMED, Claim.ADOPTED)
+        outcome = await self.migration.migrate(
+            ref, obj, lambda crd: ownership.stamp(crd, namespaced=False, adopted=adopted), resource,
+            ownership.field_manager, dry_run=options.dry_run)
+        left = kept_answer(outcome.crd) if outcome.crd is not None else None
+        if outcome.result is Result.PREVIEWED:
+            return Change(ref, Action.CONFIGURED, outcome.note)
+        if outcome.result is Result.REFUSED:
+            return refusal(ref, outcome.note, left)
+        if outcome.result is Result.FAILED:
+            return (self._failure(ref, outcome.error, outcome.note, left) if outcome.error is not None
+                    else Change(ref, Action.FAILED, outcome.note, live=left))
+        try:
+            live, _, _ = await self.server_side_apply(ref, stamped, resource, ownership.field_manager,
+                                                      dry_run=options.dry_run)
+        except KubeApiError as error:
+            return self._failure(ref, error, outcome.note and f"{outcome.note}; then applying the CRD as rendered",
+                                 left)
+        action = Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED
+        return Change(ref, action, outcome.note, live=live if options.dry_run else kept_answer(live))
 
     async def _holder_missing(self, ownership: Ownership, live_meta: JSON) -> bool:
         """Whether the owner a stamp names is known not to exist (404). Any other answer (it exists, it may not be
@@ -252,12 +280,15 @@ class Applier:
         if claim is not Claim.OURS:
             return refusal(ref, f"{refused}, and the object existed before this stack: it is never deleted or "
                                 "re-created by the operator; change it by hand")
-        if ref.kind not in STATELESS_KINDS and not options.force:
-            return refusal(ref, f"{refused}; {ref.kind} may hold data and is re-created only when the owner sets "
-                                "spec.force: true (or delete it by hand)")
+        path = resource.path_of(ref)
+        # Only an object that may hold data is read, for how it holds it (a StatefulSet's claims).
+        at_stake = (None if options.force or ref.kind in STATELESS_KINDS
+                    else data_at_stake(ref.kind, await self.access.kube.get(path)))
+        if at_stake is not None:
+            return refusal(ref, f"{refused}; {at_stake}: re-created only when the owner sets spec.force: true (or "
+                                "delete it by hand)")
         if options.dry_run:
             return Change(ref, Action.CREATED, "would be deleted and re-created: an immutable field changed")
-        path = resource.path_of(ref)
         log.info("re-creating %s: an immutable field changed", ref)
         try:
             await self.access.kube.request("DELETE", path, body=delete_body((live_meta or {}).get("uid")))

@@ -91,9 +91,10 @@ class Change:
         return self.action is Action.FAILED and self.message.startswith(REFUSED_NOTE)
 
 
-def refusal(ref: ObjectRef, why: str) -> Change:
-    """The failure of an object the API server refused for its content (``why``: the server's answer)."""
-    return Change(ref, Action.FAILED, f"{REFUSED_NOTE}: {why}")
+def refusal(ref: ObjectRef, why: str, live: JSON | None = None) -> Change:
+    """The failure of an object the API server refused for its content (``why``: the server's answer); ``live``:
+    what a write of it left, when one was made (a CRD whose stored versions could not all be migrated)."""
+    return Change(ref, Action.FAILED, f"{REFUSED_NOTE}: {why}", live=live)
 
 
 @dataclass

@@ -7,6 +7,9 @@
 - :mod:`~kfdef_operator.ssa.lookup`: live metadata of objects before they are applied;
 - :mod:`~kfdef_operator.ssa.apply`: one object, or one stage, applied (adopt, conflict, opt-out, re-create);
   the create-only write of a heal;
+- :mod:`~kfdef_operator.ssa.immutable`: immutable-field refusals recognised, and what a re-create would destroy;
+- :mod:`~kfdef_operator.ssa.migration`: a CRD's stored versions migrated before it drops one (the plan:
+  :mod:`~kfdef_operator.ssa.storedversions`);
 - :mod:`~kfdef_operator.ssa.staged`: a whole set in stages, custom resources after their own CRD;
 - :mod:`~kfdef_operator.ssa.teardown`: prune and teardown in waves, deletes guarded by uid;
 - :mod:`~kfdef_operator.ssa.waits`: a CRD until Established, a deleted object until gone.

@@ -13,7 +13,6 @@ and leave alone one that is being deleted normally.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import pytest
@@ -26,6 +25,7 @@ from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ref_of
 from kfdef_operator.ssa.manager import ResourceManager
+from tests.kube import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -45,14 +45,6 @@ def crd(group: str) -> dict:
 
 def terminating(live: dict) -> dict:
     return next((c for c in (live.get("status") or {}).get("conditions") or [] if c["type"] == "Terminating"), {})
-
-
-async def wait_until(what: str, check, timeout: float = 30.0):  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not (found := await check()):
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        await asyncio.sleep(0.05)
-    return found
 
 
 def test_a_crd_whose_cleanup_failed_is_touched_and_one_being_deleted_normally_is_not(control_plane):
