@@ -22,7 +22,7 @@ from typing import Any
 from pyinstrument import Profiler
 
 from kfdef_operator.api.types import JSON
-from kfdef_operator.controller import builder, desired, reconciler
+from kfdef_operator.controller import builder, desired, reconciler, settings
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
@@ -93,9 +93,9 @@ def _reconciler(kube: KubeClient, bench: Bench) -> reconciler.Reconciler:
     """An in-process operator whose work queue never runs by itself: the profile drives each run."""
     # The bench serves its archives over plain http on loopback.
     loopback = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "bench"))
-    settings = reconciler.Settings(work_dir=bench.work_dir / "profile-operator",
-                                   fetch_options=FetchOptions.from_env(allow_insecure_http=True, networks=loopback))
-    return reconciler.Reconciler(kube, settings, gate=asyncio.Event())
+    options = settings.Settings(work_dir=bench.work_dir / "profile-operator",
+                                fetch_options=FetchOptions.from_env(allow_insecure_http=True, networks=loopback))
+    return reconciler.Reconciler(kube, options, gate=asyncio.Event())
 
 
 async def _run_once(operator: reconciler.Reconciler, body: JSON) -> float | None:

@@ -26,8 +26,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kfdef_operator.api.kfdef import InvalidKfDef, parse_kfdef
@@ -38,7 +36,6 @@ from kfdef_operator.api.names import (
     kfdef_path,
 )
 from kfdef_operator.api.types import JSON
-from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.controller.apply_step import ApplyStep
 from kfdef_operator.controller.builder import DesiredStateBuilder, quietly
 from kfdef_operator.controller.failures import Fail, explain
@@ -47,6 +44,7 @@ from kfdef_operator.controller.housekeeping import Housekeeper
 from kfdef_operator.controller.queue import WorkQueue
 from kfdef_operator.controller.refresher import StatusRefresher
 from kfdef_operator.controller.registry import Key, StackRegistry
+from kfdef_operator.controller.settings import Settings
 from kfdef_operator.controller.teardown import Teardown
 from kfdef_operator.controller.workpool import WorkPool
 from kfdef_operator.runtime import metrics
@@ -57,7 +55,6 @@ from kfdef_operator.runtime.memory import release_free_memory
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.runtime.tracker import Tracker, instance_label
-from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef
@@ -65,25 +62,6 @@ from kfdef_operator.ssa.live import LiveObject, OwnWrites
 from kfdef_operator.ssa.manager import ResourceManager
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Operator-wide settings (``kfdef-operator run`` flags)."""
-
-    work_dir: Path
-    fetch_options: FetchOptions = field(default_factory=FetchOptions.from_env)
-    api_upgrade_default: str = "auto"
-    concurrency: int = 24                 # objects applied in parallel per KfDef
-    health_timeout: float = 300.0         # unhealthy this long after an apply: Degraded
-    interval: float = 600.0               # default resync interval (spec.interval overrides)
-    namespaces: frozenset[str] = frozenset()  # a namespace-scoped operator holds objects only there
-    work_threads: int = 4                 # fetches and renders in parallel, across KfDefs
-    renderer: IsolatedRender = field(default_factory=IsolatedRender)  # each render in a limited child process
-    teardown_wave_timeout: float = 60.0
-    #: The ServiceAccount (in its own namespace) a KfDef without spec.serviceAccountName acts as; "" for the
-    #: operator's own identity (Flux's --default-service-account).
-    default_service_account: str = ""
 
 
 class Reconciler:

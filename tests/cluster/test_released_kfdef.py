@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kfdef_operator.api.names import kfdef_path
-from kfdef_operator.controller.reconciler import Reconciler, Settings
+from kfdef_operator.controller.reconciler import Reconciler
+from kfdef_operator.controller.settings import Settings
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.inventory import ObjectRef

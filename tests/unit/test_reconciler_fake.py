@@ -21,7 +21,8 @@ from prometheus_client import REGISTRY
 from kfdef_operator.api.names import FINALIZER, kfdef_path
 from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.build.render import RenderedApplication
-from kfdef_operator.controller.reconciler import Reconciler, Settings
+from kfdef_operator.controller.reconciler import Reconciler
+from kfdef_operator.controller.settings import Settings
 from kfdef_operator.source.options import FetchOptions
 from tests import virtual_time
 from tests.fake_kube import FakeApiServer
