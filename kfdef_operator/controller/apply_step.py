@@ -88,7 +88,9 @@ class ApplyStep:
                 stack.step = (reason, message)
                 await writer.update()
 
-        desired, upgraded = await self._builder.build(stack, kfdef, body, step)
+        build = await self._builder.build(stack.owner, kfdef, body, step)
+        stack.take(build.plan)
+        desired, upgraded = build.desired, build.upgraded
         built_at = time.monotonic()  # a watch listing from now on compares the objects with this desired state
         # Before the run's first write of the report: the status still holds the last one.
         settled = self._settled_refusals(stack, announce=announce)

@@ -260,7 +260,7 @@ class Reconciler:
         try:
             kfdef = parse_kfdef(body)
             stack.suspended = kfdef.annotations.get(SUSPEND_ANNOTATION, "").lower() == "true"
-            await self.builder.build(stack, kfdef, body, quietly)
+            stack.take((await self.builder.build(stack.owner, kfdef, body, quietly)).plan)
             await self.tracker.watch(self.registry.targets([stack]))
             log.info("%s: prepared as a standby: %d objects desired, their kinds watched", stack.owner,
                      len(stack.desired))
