@@ -4,16 +4,18 @@
 collaborators once, at start-up, and hands each run to them:
 
 - :class:`~kfdef_operator.controller.registry.StackRegistry`: one :class:`~kfdef_operator.runtime.stack.Stack` and
-  :class:`~kfdef_operator.runtime.status.StatusWriter` per KfDef, retry counts, the watches the stacks need;
+  :class:`~kfdef_operator.runtime.status.StatusWriter` per KfDef, the watches the stacks need;
 - :class:`~kfdef_operator.controller.builder.DesiredStateBuilder`: fetch, render, upgrade, desired state;
 - :class:`~kfdef_operator.controller.apply_step.ApplyStep`: a leader's run (finalizer, identity, intent,
-  staged apply, prune, status, Events);
-- :class:`~kfdef_operator.controller.teardown.Teardown`: a deleted KfDef's stack torn down;
+  staged apply, prune), returning its outcome;
+- :class:`~kfdef_operator.controller.teardown.Teardown`: a deleted KfDef's stack torn down, returning its outcome;
 - :class:`~kfdef_operator.controller.refresher.StatusRefresher`: status re-evaluated between runs.
 
 KfDef watch events only *request* work (:meth:`Reconciler.observe`); the queue runs it, one run at a time per
-KfDef, so a new generation preempts a pending retry and nothing waits behind kopf's handler progress. Every
-exception of a run becomes a condition and an Event, then a retry.
+KfDef, so a new generation preempts a pending retry and nothing waits behind kopf's handler progress. A run
+returns a :class:`~kfdef_operator.controller.outcome.RunOutcome`, and an exception it raises becomes one;
+:meth:`Reconciler._work` reports it in one place: metrics, status, Events, the finalizer of a stack torn down, and
+the delay of the next run, backed off by the failures the queue counts for the KfDef.
 
 With a ``gate`` (leader election), only the leader works; a standby runs :meth:`Reconciler._prepare` instead, the
 pipeline up to the desired state and the watches of its kinds, writing nothing, so that it takes over warm.
@@ -39,8 +41,10 @@ from kfdef_operator.api.types import JSON
 from kfdef_operator.controller.apply_step import ApplyStep
 from kfdef_operator.controller.builder import DesiredStateBuilder, quietly
 from kfdef_operator.controller.failures import Fail, explain
+from kfdef_operator.controller.finalizer import patch_finalizers
 from kfdef_operator.controller.heartbeat import Liveness
 from kfdef_operator.controller.housekeeping import Housekeeper
+from kfdef_operator.controller.outcome import Retry, RunOutcome, StatusWrite, failed
 from kfdef_operator.controller.queue import WorkQueue
 from kfdef_operator.controller.refresher import StatusRefresher
 from kfdef_operator.controller.registry import Key, StackRegistry
@@ -55,6 +59,7 @@ from kfdef_operator.runtime.memory import release_free_memory
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.runtime.tracker import Tracker, instance_label
+from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef
@@ -96,10 +101,9 @@ class Reconciler:
         self.housekeeper = Housekeeper(settings.work_dir, self.builder.source_cache, self.builder.render_cache,
                                        self.work_pool, live=lambda: set(self.registry.stacks))
         self.apply_step = ApplyStep(kube, self.builder, self.registry, self.refresher, self.identities, self.tracker,
-                                    self.discovery, self.events, self.healer, interval=settings.interval,
+                                    self.discovery, self.healer, interval=settings.interval,
                                     health_timeout=settings.health_timeout)
-        self.teardown = Teardown(kube, self.registry, self.identities, self.events, self.healer, self._forget,
-                                 wave_timeout=settings.teardown_wave_timeout)
+        self.teardown = Teardown(self.identities, self.healer, wave_timeout=settings.teardown_wave_timeout)
         self._bodies: dict[Key, JSON] = {}
         self._triggers: dict[Key, tuple[Any, ...]] = {}
 
@@ -149,6 +153,7 @@ class Reconciler:
         self.healer.halt()
         self.refresher.halt()
         self.registry.clear()
+        self.queue.forget()
         for key in list(self._bodies):
             self.queue.request(key)
 
@@ -195,6 +200,7 @@ class Reconciler:
             self.queue.request(key)
 
     async def _work(self, key: Hashable) -> float | None:
+        """One run of the KfDef: its apply or teardown, then its outcome reported (:meth:`_report`), once."""
         assert isinstance(key, tuple)
         if self._gate is not None and key not in self._verified:
             await self._read_afresh(key)
@@ -204,16 +210,48 @@ class Reconciler:
             return None
         started = time.monotonic()
         deleting = bool(body["metadata"].get("deletionTimestamp"))
+        known = self.registry.stacks.get(key)
         stack = self.registry.stack_for(body)
+        if stack is not known or (not deleting and stack.generation != (body["metadata"].get("generation") or 0)):
+            self.queue.forget(key)  # a KfDef new here, or a new generation of it, backs off from the start
+        writer = self.registry.writers[key]
         try:
-            delay = await (self.teardown.run(stack, body) if deleting else self.apply_step.run(stack, body))
+            outcome = await (self.teardown.run(stack, body, writer.update) if deleting
+                             else self.apply_step.run(stack, body, writer.update))
+            delay = await self._report(stack, outcome)
         except Exception as error:  # every error becomes a condition and an Event, then a retry
-            delay = await self._failed(stack, error)
-        failed = stack.failure or stack.failed_changes() or (stack.teardown and stack.teardown[1])
-        result = "error" if failed else "success"
-        metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
+            self._log_failure(stack, error)
+            delay = await self._report(stack, failed(error, deleting=deleting))
+        failed_run = stack.failure or stack.failed_changes() or (stack.teardown and stack.teardown[1])
+        metrics.RECONCILE_SECONDS.labels("error" if failed_run else "success").observe(time.monotonic() - started)
         release_free_memory()  # what the run decoded is freed: hand its pages back
         return delay
+
+    async def _report(self, stack: Stack, outcome: RunOutcome) -> float | None:
+        """Say what a run came to: metrics, status, Events, the finalizer of a stack torn down; the next run's delay.
+
+        A status write the outcome requires and the API server refuses raises :class:`Fail` (StatusNotWritten)."""
+        for change in outcome.changes:
+            if change.action.wrote:
+                metrics.OBJECTS_APPLIED.labels(change.action.value).inc()
+            if change.action is Action.FAILED:
+                metrics.APPLY_ERRORS.labels(metrics.kind_label(change.ref.kind)).inc()
+        if outcome.failure is not None:
+            stack.fail(outcome.failure)
+        if outcome.status is not StatusWrite.NONE and not await self.registry.writers[stack.key].update() and (
+                outcome.status is StatusWrite.REQUIRED):
+            raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",
+                       retry=True)
+        for event in outcome.events:
+            await self.events.record(stack.owner, event.type, event.reason, event.message)
+        if outcome.released:
+            await patch_finalizers(self.kube, stack, add=False)
+            await self._forget(stack.key)
+        if isinstance(outcome.next_run, Retry):
+            return self.queue.retry_delay(stack.key, base=outcome.next_run.base, cap=outcome.next_run.cap)
+        if outcome.next_run is not None:
+            self.queue.forget(stack.key)
+        return outcome.next_run
 
     def manager_for(self, stack: Stack) -> ResourceManager | None:
         """The resource manager acting as the stack's identity (None before its first reconcile or teardown)."""
@@ -269,23 +307,12 @@ class Reconciler:
         except Exception as error:  # noqa: BLE001 (the leader reports it; a standby only logs)
             log.info("%s: standby preparation failed: %s", stack.owner, error or type(error).__name__)
 
-    async def _failed(self, stack: Stack, error: BaseException) -> float | None:
-        failure = error.failure if isinstance(error, Fail) else explain(error)
-        base = error.base if isinstance(error, Fail) else 5.0
+    @staticmethod
+    def _log_failure(stack: Stack, error: Exception) -> None:
         if isinstance(error, Fail):
-            log.warning("%s: %s: %s", stack.owner, failure.reason, failure.message)
+            log.warning("%s: %s: %s", stack.owner, error.failure.reason, error.failure.message)
         else:
-            log.error("%s: reconcile failed: %s", stack.owner, failure.message, exc_info=error)
-        if stack.deleting:
-            stack.teardown = (failure.message, True)
-        else:
-            stack.failure = failure
-            stack.step = None
-        await self.registry.writers[stack.key].update()
-        await self.events.record(stack.owner, "Warning", failure.reason, failure.message)
-        if not failure.retrying:
-            return None  # only a change of the KfDef can help; its event requests the next run
-        return self.registry.retry_delay(stack.key, base=base, cap=120.0 if stack.deleting else 600.0)
+            log.error("%s: reconcile failed: %s", stack.owner, explain(error).message, exc_info=error)
 
     # -- readiness from watch events --------------------------------------------------------
 
@@ -304,11 +331,13 @@ class Reconciler:
     # -- forgetting a KfDef ----------------------------------------------------------------
 
     def _release(self, key: Key) -> None:
-        """Stop everything that writes for this KfDef: its heals, status refreshes and status writes.
+        """Stop everything that writes for this KfDef: its heals, status refreshes and status writes; forget its
+        failures.
 
         Synchronous, so that nothing starts for it once the watch says it is gone here (deleted, or moved to
         another shard, which may be writing for it already); :meth:`_forget` then cleans up.
         """
+        self.queue.forget(key)
         stack = self.registry.release(key)
         if stack is not None:
             self.healer.drop(stack)

@@ -169,6 +169,14 @@ class Stack:
         self.generation = generation
         self.step = ("Progressing", f"reconciling generation {generation}") if announce else None
 
+    def fail(self, failure: Failure) -> None:
+        """The run stopped short: its generation's apply shows the failure; a teardown shows itself stuck."""
+        if self.deleting:
+            self.teardown = (failure.message, True)
+        else:
+            self.failure = failure
+            self.step = None
+
     def explained(self, change: Change) -> Change:
         """``change`` as the stack keeps it: without the object the server returned (nothing reads it after the
         apply, and a CRD's can weigh hundreds of KiB), a failed call to one of the stack's own webhooks spelled
