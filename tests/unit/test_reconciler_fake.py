@@ -23,6 +23,7 @@ from kfdef_operator.build.isolated import IsolatedRender
 from kfdef_operator.build.render import RenderedApplication
 from kfdef_operator.controller.reconciler import Reconciler
 from kfdef_operator.controller.settings import Settings
+from kfdef_operator.controller.wiring import assemble
 from kfdef_operator.source.options import FetchOptions
 from tests import virtual_time
 from tests.fake_kube import FakeApiServer
@@ -84,7 +85,7 @@ async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | N
     ``create`` is false: a restart finds it); it renders ``objects``."""
     settings = Settings(work_dir=repo.parent / "work", renderer=CannedRender(objects=objects),
                         fetch_options=FetchOptions.from_env({}, local_roots=(repo.parent,)), work_threads=1)
-    reconciler = Reconciler(server.client(), settings, gate=gate)
+    reconciler = Reconciler(assemble(server.client(), settings, gate=gate))
     await reconciler.start()
     kube = server.client()
 
