@@ -109,13 +109,12 @@ class ApplyStep:
         # One timer instead of polling: at the health deadline, objects still unhealthy turn into Degraded.
         deadline_in = health_deadline_in(stack, health_timeout=self._health_timeout, now=time.time())
         self._refresher.refresh_after(deadline_in + 1, stack.key)
-        failures = stack.failed_changes()
-        events = [*pruned, *self._events(stack, changes, build.upgraded, announce=announce)]
-        if not all(change.refused for change in failures):
-            return RunOutcome(StatusWrite.REQUIRED, tuple(events), changes, next_run=Retry(10.0))
-        resync = jittered(kfdef.interval or self._interval, 0.1)
-        stack.resync_at = time.monotonic() + resync
-        return RunOutcome(StatusWrite.REQUIRED, tuple(events), changes, next_run=resync)
+        events = (*pruned, *self._events(stack, changes, build.upgraded, announce=announce))
+        next_run: Retry | float = Retry(10.0)
+        if all(change.refused for change in stack.failed_changes()):  # nothing a retry can change: the resync
+            next_run = jittered(kfdef.interval or self._interval, 0.1)
+            stack.resync_at = time.monotonic() + next_run
+        return RunOutcome(StatusWrite.REQUIRED, events, changes, next_run=next_run)
 
     @staticmethod
     def _events(stack: Stack, changes: ChangeSet, upgraded: str, *, announce: bool) -> list[Event]:
@@ -123,7 +122,7 @@ class ApplyStep:
         forged claim, and the apply's result when it wrote something or failed anew.
 
         A failure is not told again when every failed object was refused for its content and ``status.failures``
-        already reports them as they are now: nothing a retry or a person was told since could change it."""
+        reports them as they are now: nothing new to tell, and nothing a retry can change."""
         failures = stack.failed_changes()
         events = []
         if announce and stack.reported.get("warnings"):  # the generation in the message: one Event per generation
