@@ -22,7 +22,7 @@ from typing import Any
 from pyinstrument import Profiler
 
 from kfdef_operator.api.types import JSON
-from kfdef_operator.controller import builder, desired, reconciler
+from kfdef_operator.controller import builder, desired, reconciler, settings, wiring
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.source.network import NetworkPolicy, parse_networks
 from kfdef_operator.source.options import FetchOptions
@@ -70,17 +70,17 @@ def _instrument(operator: reconciler.Reconciler, timings: Timings) -> Callable[[
     originals.append((StatusWriter, "update", StatusWriter.update))
     fetch, render_step, render, desire, upgrade, watches, stages, prefetch, crds, status, events = STEP_LABELS
     _timed(builder, "resolve_sources", fetch, timings)
-    _timed(operator.builder.render_cache, "render", render_step, timings)
-    _timed(operator.builder.render_cache, "_renderer", render, timings)  # only runs on a render-cache miss
-    _timed(operator.builder, "_desire", desire, timings)
+    _timed(operator.parts.builder.render_cache, "render", render_step, timings)
+    _timed(operator.parts.builder.render_cache, "_renderer", render, timings)  # only runs on a render-cache miss
+    _timed(operator.parts.builder, "_desire", desire, timings)
     _timed(desired, "upgrade_objects", upgrade, timings)
-    _timed(operator.tracker, "watch", watches, timings)
+    _timed(operator.parts.tracker, "watch", watches, timings)
     # One resource manager (and its parts) per identity, made during the reconcile: their classes are wrapped.
     _timed(Applier, "apply_stage", stages, timings)
     _timed(LiveLookup, "lookup", prefetch, timings)
     _timed(StagedApply, "_apply_custom", crds, timings)
     _timed(StatusWriter, "update", status, timings)  # one writer per KfDef, made during the reconcile
-    _timed(operator.events, "record", events, timings)
+    _timed(operator.parts.events, "record", events, timings)
 
     def undo() -> None:
         for owner, name, original in originals:
@@ -93,9 +93,9 @@ def _reconciler(kube: KubeClient, bench: Bench) -> reconciler.Reconciler:
     """An in-process operator whose work queue never runs by itself: the profile drives each run."""
     # The bench serves its archives over plain http on loopback.
     loopback = NetworkPolicy(allowed=parse_networks("127.0.0.0/8", "bench"))
-    settings = reconciler.Settings(work_dir=bench.work_dir / "profile-operator",
-                                   fetch_options=FetchOptions.from_env(allow_insecure_http=True, networks=loopback))
-    return reconciler.Reconciler(kube, settings, gate=asyncio.Event())
+    options = settings.Settings(work_dir=bench.work_dir / "profile-operator",
+                                fetch_options=FetchOptions.from_env(allow_insecure_http=True, networks=loopback))
+    return reconciler.Reconciler(wiring.assemble(kube, options, gate=asyncio.Event()))
 
 
 async def _run_once(operator: reconciler.Reconciler, body: JSON) -> float | None:

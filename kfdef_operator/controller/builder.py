@@ -1,14 +1,16 @@
 """A KfDef's desired state: its sources fetched, its applications rendered, their objects upgraded and settled.
 
 :class:`DesiredStateBuilder` owns the source and render caches and runs fetches and renders on the operator's work
-pool; the steps after them are :func:`~kfdef_operator.controller.desired.desire`. It writes nothing to the API
-server: the leader's reconcile and a standby's preparation both use it, each announcing steps its own way.
+pool; the steps after them are :func:`~kfdef_operator.controller.desired.desire`. It writes nothing, neither to the
+API server nor to the stack: it returns a :class:`Build`, whose :class:`~kfdef_operator.runtime.stack.Plan` the
+stack takes in one call. The leader's reconcile and a standby's preparation both use it, each announcing steps its
+own way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kfdef_operator.api.kfdef import KfDef
@@ -26,7 +28,8 @@ from kfdef_operator.controller.registry import Key
 from kfdef_operator.controller.workpool import WorkPool
 from kfdef_operator.runtime import conditions as cond
 from kfdef_operator.runtime import metrics
-from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.ownership import Owner
+from kfdef_operator.runtime.stack import Plan
 from kfdef_operator.source.cache import SourceCache
 from kfdef_operator.source.errors import SourceError
 from kfdef_operator.source.options import CacheLimits, FetchOptions
@@ -34,10 +37,20 @@ from kfdef_operator.source.resolve import resolve_sources
 from kfdef_operator.source.resolved import ResolvedSource
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.webhooks import webhooks_of
-from kfdef_operator.upgrade.convert import UnservedApiVersions
+from kfdef_operator.upgrade.convert import UnservedApiVersions, UpgradeResult
 
 #: Announces a step of the build (reason, message): a status write for the leader, nothing for a standby.
 Step = Callable[[str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Build:
+    """A KfDef's desired state, built: what its apply sends, what its stack keeps, and what was upgraded."""
+
+    desired: DesiredState
+    plan: Plan
+    #: The API-version upgrades made, as said in an Event ("" when none).
+    upgraded: str
 
 
 async def quietly(reason: str, message: str) -> None:
@@ -74,38 +87,45 @@ class DesiredStateBuilder:
         """Whether the KfDef's sources are being fetched or its applications rendered right now."""
         return key in self._building
 
-    async def build(self, stack: Stack, kfdef: KfDef, body: JSON, step: Step) -> tuple[DesiredState, str]:
-        """Fetch, render and upgrade: the stack's desired state and what was upgraded (``step`` announces steps).
+    async def build(self, owner: Owner, kfdef: KfDef, body: JSON, step: Step) -> Build:
+        """Fetch, render and upgrade the KfDef of ``owner`` (``step`` announces the steps).
 
         Fetch and render run on the work pool as the KfDef's namespace: cancelled, they are interrupted."""
-        self._building.add(stack.key)
+        self._building.add(owner.key)
         try:
-            rendered, sources = await self._fetch_and_render(stack, kfdef, body, step)
+            rendered, sources = await self._fetch_and_render(owner, kfdef, body, step)
         finally:
-            self._building.discard(stack.key)
+            self._building.discard(owner.key)
         await self._discovery.refresh_unless_served(_kinds_served_elsewhere(rendered))
-        desired, upgraded = self._desire(stack, kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
+        desired, upgraded = self._desire(kfdef, [(app.name, obj) for app in rendered for obj in app.objects])
         # Duplicates resolve as kfctl resolved them: a note, not a problem (Degraded means a person must act).
         duplicates = ([f"rendered twice (last wins): {cond.list_objects(desired.duplicates)}"]
                       if desired.duplicates else [])
-        stack.reported.update(
-            sources=[{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
-            reposCache=[{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()],
-            warnings=[*duplicates, *(cond.truncate(f"application {app.name!r}: {warning}", 512)
-                                     for app in rendered for warning in app.warnings)][:cond.MAX_FAILURES_LISTED])
-        return desired, upgraded
+        reported = {
+            "upgrades": {"count": len(upgraded.upgraded), "kinds": sorted({u.kind for u in upgraded.upgraded}),
+                         "notes": [cond.truncate(n, 256) for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]},
+            "sources": [{"name": s.name, "uri": s.uri, "revision": s.revision} for s in sources.values()],
+            "reposCache": [{"name": s.name, "localPath": str(s.local_path)} for s in sources.values()],
+            "warnings": [*duplicates, *(cond.truncate(f"application {app.name!r}: {warning}", 512)
+                                        for app in rendered for warning in app.warnings)][:cond.MAX_FAILURES_LISTED],
+        }
+        plan = Plan(objects=desired.objects, resources=desired.resources, application_of=desired.application_of,
+                    applications=[app.name for app in kfdef.applications],
+                    run_once={ref for ref, obj in desired.objects.items() if is_run_once(obj)},
+                    webhooks=webhooks_of(desired.objects.values()), rejected=desired.rejected, reported=reported)
+        return Build(desired, plan, upgraded.summary() if upgraded.upgraded else "")
 
-    async def _fetch_and_render(self, stack: Stack, kfdef: KfDef, body: JSON,
+    async def _fetch_and_render(self, owner: Owner, kfdef: KfDef, body: JSON,
                                 step: Step) -> tuple[list[RenderedApplication], Mapping[str, ResolvedSource]]:
-        tenant = stack.owner.namespace
+        tenant = owner.namespace
         try:
             await step("FetchingSources", f"fetching {cond.counted(len(kfdef.repos), 'source')}")
             sources = await self._work_pool.run(tenant, lambda interrupt: resolve_sources(
-                kfdef.repos, self.source_cache, self._fetch_options, user=source_user(*stack.key),
+                kfdef.repos, self.source_cache, self._fetch_options, user=source_user(*owner.key),
                 interrupt=interrupt))
         except SourceError as error:
             raise Fail("SourceFailed", str(error), retry=True) from None
-        workdir = render_dir(self._work_dir, *stack.key)
+        workdir = render_dir(self._work_dir, *owner.key)
         try:
             await step("Rendering", f"rendering {cond.counted(len(kfdef.applications), 'application')}")
             with metrics.RENDER_SECONDS.time():
@@ -115,24 +135,12 @@ class DesiredStateBuilder:
             raise Fail("RenderFailed", str(error), retry=True, base=30.0) from None
         return rendered, sources
 
-    def _desire(self, stack: Stack, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, str]:
-        """Upgrade the rendered objects and settle the stack's desired state; also returns what was upgraded."""
+    def _desire(self, kfdef: KfDef, objects: list[tuple[str, JSON]]) -> tuple[DesiredState, UpgradeResult]:
+        """Upgrade the rendered objects and settle the desired state; also returns the upgrades made."""
         policy = kfdef.annotations.get(API_UPGRADE_ANNOTATION, self._api_upgrade_default)
         try:
-            desired, upgraded = desire(kfdef, objects, self._discovery, policy=policy, namespaces=self._namespaces)
+            return desire(kfdef, objects, self._discovery, policy=policy, namespaces=self._namespaces)
         except UnservedApiVersions as error:
             raise Fail("UnservedApiVersions", str(error), retry=False) from None
         except ValueError as error:
             raise Fail("InvalidSpec", f"{API_UPGRADE_ANNOTATION}: {error}", retry=False) from None
-        stack.want(desired.objects)
-        stack.resources = desired.resources
-        stack.application_of = desired.application_of
-        stack.applications = [app.name for app in kfdef.applications]
-        stack.run_once = {ref for ref, obj in desired.objects.items() if is_run_once(obj)}
-        stack.webhooks = webhooks_of(desired.objects.values())
-        stack.rejected = desired.rejected
-        stack.reported["upgrades"] = {"count": len(upgraded.upgraded),
-                                      "kinds": sorted({u.kind for u in upgraded.upgraded}),
-                                      "notes": [cond.truncate(n, 256)
-                                                for n in upgraded.notes()][:cond.MAX_FAILURES_LISTED]}
-        return desired, upgraded.summary() if upgraded.upgraded else ""

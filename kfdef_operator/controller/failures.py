@@ -1,14 +1,13 @@
 """How a step's failure reads in status and when the run after it is due.
 
 :class:`Fail` is raised by the steps of a run with the condition it should show; :func:`explain` words any other
-exception; :func:`backoff` is the delay before a retry.
+exception.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from kfdef_operator.backoff import exponential
 from kfdef_operator.runtime.stack import Failure
 from kfdef_operator.ssa.client import KubeApiError, describe_api_error
 
@@ -20,11 +19,6 @@ class Fail(Exception):
         super().__init__(message)
         self.failure = Failure(reason, message, retry)
         self.base = base
-
-
-def backoff(attempt: int, base: float = 5.0, cap: float = 600.0) -> float:
-    """Seconds before retry ``attempt`` (0-based): ``base`` doubling up to ``cap``."""
-    return exponential(attempt, base=base, cap=cap)
 
 
 def explain(error: BaseException) -> Failure:

@@ -30,6 +30,7 @@ from kfdef_operator.controller.leadership import Leadership
 from kfdef_operator.controller.reconciler import Reconciler
 from kfdef_operator.controller.scope import has_globs
 from kfdef_operator.controller.server import ProbeServer
+from kfdef_operator.controller.wiring import assemble
 from kfdef_operator.runtime import metrics
 from kfdef_operator.source.deadline import expire_all
 from kfdef_operator.ssa.client import KubeClient
@@ -61,7 +62,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo.api_requests = metrics.count_api_requests(lambda: kube.stats().by_verb)
     memo.kube = kube
     gate = asyncio.Event() if memo.election else None
-    reconciler = Reconciler(kube, memo.settings, gate=gate)
+    reconciler = Reconciler(assemble(kube, memo.settings, gate=gate))
     await reconciler.start()
     memo.reconciler, memo.leadership = reconciler, None
     if memo.election:

@@ -6,6 +6,11 @@ one *due time*: a request moves it earlier, never later, so a new generation
 preempts a pending retry backoff or resync at once; the run's result sets
 the next due time (a retry backoff, the resync interval, or none).
 
+A key's failures are counted here too, as controller-runtime's rate-limiting
+queue counts them: :meth:`WorkQueue.retry_delay` is the delay after one more
+failure of the key (doubling from a base, up to a cap), :meth:`WorkQueue.forget`
+starts the key's count afresh (a success, a new generation, a KfDef let go).
+
 A ``gate`` holds all work (a standby replica); meanwhile a due key gets the
 ``standby`` work instead, once per request (a standby keeps its caches warm
 with it), and the real work runs the moment the gate opens. :meth:`interrupt`
@@ -20,6 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
 
+from kfdef_operator.backoff import exponential
 from kfdef_operator.runtime.delay_queue import DelayQueue
 
 log = logging.getLogger(__name__)
@@ -49,6 +55,7 @@ class WorkQueue:
         self._running: set[Hashable] = set()
         self._prepared: dict[Hashable, float] = {}   # key -> the due time its standby work ran for
         self._interrupted: set[Hashable] = set()
+        self._failures: dict[Hashable, int] = {}  # key -> failures since its count was last forgotten
 
     def request(self, key: Hashable, delay: float = 0.0) -> None:
         """Run ``key`` within ``delay`` seconds (sooner if it is due sooner already).
@@ -67,6 +74,20 @@ class WorkQueue:
         """Seconds until the key's next run (None: nothing scheduled)."""
         due = self._due.due(key)
         return None if due is None else max(due - time.monotonic(), 0.0)
+
+    def retry_delay(self, key: Hashable, *, base: float, cap: float = 600.0) -> float:
+        """Seconds before the key's next run after one more failure: ``base`` doubling with each failure counted
+        since :meth:`forget`, up to ``cap``."""
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        return exponential(failures, base=base, cap=cap)
+
+    def forget(self, key: Hashable | None = None) -> None:
+        """The key's next failure (every key's, when None) backs off from the start again."""
+        if key is None:
+            self._failures.clear()
+        else:
+            self._failures.pop(key, None)
 
     def busy(self) -> bool:
         """Whether any work is running right now."""

@@ -1,19 +1,22 @@
 """The operator's core: one KfDef in, its whole stack applied, healed, reported and torn down.
 
-:class:`Reconciler` is the coordinator the :class:`WorkQueue` calls. It builds the operator's shared parts and its
-collaborators once, at start-up, and hands each run to them:
+:class:`Reconciler` is the coordinator the :class:`WorkQueue` calls. The operator's parts are built once, at
+start-up, by the composition root (:func:`~kfdef_operator.controller.wiring.assemble`); the reconciler keeps the
+KfDefs' latest bodies and the leadership switch, and hands each run to them:
 
 - :class:`~kfdef_operator.controller.registry.StackRegistry`: one :class:`~kfdef_operator.runtime.stack.Stack` and
-  :class:`~kfdef_operator.runtime.status.StatusWriter` per KfDef, retry counts, the watches the stacks need;
+  :class:`~kfdef_operator.runtime.status.StatusWriter` per KfDef, the watches the stacks need;
 - :class:`~kfdef_operator.controller.builder.DesiredStateBuilder`: fetch, render, upgrade, desired state;
 - :class:`~kfdef_operator.controller.apply_step.ApplyStep`: a leader's run (finalizer, identity, intent,
-  staged apply, prune, status, Events);
-- :class:`~kfdef_operator.controller.teardown.Teardown`: a deleted KfDef's stack torn down;
+  staged apply, prune), returning its outcome;
+- :class:`~kfdef_operator.controller.teardown.Teardown`: a deleted KfDef's stack torn down, returning its outcome;
 - :class:`~kfdef_operator.controller.refresher.StatusRefresher`: status re-evaluated between runs.
 
 KfDef watch events only *request* work (:meth:`Reconciler.observe`); the queue runs it, one run at a time per
-KfDef, so a new generation preempts a pending retry and nothing waits behind kopf's handler progress. Every
-exception of a run becomes a condition and an Event, then a retry.
+KfDef, so a new generation preempts a pending retry and nothing waits behind kopf's handler progress. A run
+returns a :class:`~kfdef_operator.controller.outcome.RunOutcome`, and an exception it raises becomes one;
+:meth:`Reconciler._work` reports it in one place: metrics, status, Events, the finalizer of a stack torn down, and
+the delay of the next run, backed off by the failures the queue counts for the KfDef.
 
 With a ``gate`` (leader election), only the leader works; a standby runs :meth:`Reconciler._prepare` instead, the
 pipeline up to the desired state and the watches of its kinds, writing nothing, so that it takes over warm.
@@ -22,12 +25,9 @@ pipeline up to the desired state and the watches of its kinds, writing nothing, 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kfdef_operator.api.kfdef import InvalidKfDef, parse_kfdef
@@ -38,116 +38,55 @@ from kfdef_operator.api.names import (
     kfdef_path,
 )
 from kfdef_operator.api.types import JSON
-from kfdef_operator.build.isolated import IsolatedRender
-from kfdef_operator.controller.apply_step import ApplyStep
-from kfdef_operator.controller.builder import DesiredStateBuilder, quietly
+from kfdef_operator.controller.builder import quietly
 from kfdef_operator.controller.failures import Fail, explain
-from kfdef_operator.controller.heartbeat import Liveness
-from kfdef_operator.controller.housekeeping import Housekeeper
+from kfdef_operator.controller.finalizer import patch_finalizers
+from kfdef_operator.controller.outcome import Retry, RunOutcome, StatusWrite, failed
 from kfdef_operator.controller.queue import WorkQueue
-from kfdef_operator.controller.refresher import StatusRefresher
-from kfdef_operator.controller.registry import Key, StackRegistry
-from kfdef_operator.controller.teardown import Teardown
-from kfdef_operator.controller.workpool import WorkPool
+from kfdef_operator.controller.registry import Key
+from kfdef_operator.controller.wiring import Parts
 from kfdef_operator.runtime import metrics
-from kfdef_operator.runtime.events import EventRecorder
-from kfdef_operator.runtime.heal import Healer
-from kfdef_operator.runtime.identity import Identities
 from kfdef_operator.runtime.memory import release_free_memory
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import StatusWriter
-from kfdef_operator.runtime.tracker import Tracker, instance_label
-from kfdef_operator.source.options import FetchOptions
-from kfdef_operator.ssa.client import KubeApiError, KubeClient
-from kfdef_operator.ssa.discovery import Discovery
-from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.live import LiveObject, OwnWrites
-from kfdef_operator.ssa.manager import ResourceManager
+from kfdef_operator.ssa.changeset import Action
+from kfdef_operator.ssa.client import KubeApiError
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Operator-wide settings (``kfdef-operator run`` flags)."""
-
-    work_dir: Path
-    fetch_options: FetchOptions = field(default_factory=FetchOptions.from_env)
-    api_upgrade_default: str = "auto"
-    concurrency: int = 24                 # objects applied in parallel per KfDef
-    health_timeout: float = 300.0         # unhealthy this long after an apply: Degraded
-    interval: float = 600.0               # default resync interval (spec.interval overrides)
-    namespaces: frozenset[str] = frozenset()  # a namespace-scoped operator holds objects only there
-    work_threads: int = 4                 # fetches and renders in parallel, across KfDefs
-    renderer: IsolatedRender = field(default_factory=IsolatedRender)  # each render in a limited child process
-    teardown_wave_timeout: float = 60.0
-    #: The ServiceAccount (in its own namespace) a KfDef without spec.serviceAccountName acts as; "" for the
-    #: operator's own identity (Flux's --default-service-account).
-    default_service_account: str = ""
-
-
 class Reconciler:
-    """Shared state of a running operator; kopf handlers call :meth:`observe`."""
+    """Coordinates a running operator's :class:`Parts` (:func:`~kfdef_operator.controller.wiring.assemble`); kopf
+    handlers call :meth:`observe`."""
 
-    def __init__(self, kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None = None) -> None:
-        """``gate``: set while this replica leads (None: always leads, no leader election)."""
-        self.kube = kube
-        self.settings = settings
-        self.discovery = Discovery(kube)
-        self.tracker = Tracker(kube, self._on_object_event)
-        own_writes = OwnWrites()  # what the applies wrote, so that the healer need not compare its watch events
-        self.identities = Identities(kube, self.discovery, self.tracker, concurrency=settings.concurrency,
-                                     default_service_account=settings.default_service_account,
-                                     own_writes=own_writes)
-        self.events = EventRecorder(kube)
-        self.registry = StackRegistry(kube, self.tracker, self.events, health_timeout=settings.health_timeout,
-                                      scoped=bool(settings.namespaces))
-        self.refresher = StatusRefresher(self.registry, self.leading)
-        self.healer = Healer(self.manager_for, self.tracker, self.events, self.registry.stacks, self.refresh,
-                             own_writes)
-        self._gate = gate
-        self.queue = WorkQueue(self._work, gate=gate, standby=self._prepare if gate is not None else None)
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self._gate = parts.gate
+        self.queue = WorkQueue(self._work, gate=parts.gate, standby=self._prepare if parts.gate is not None else None)
         self._verified: set[Key] = set()  # KfDefs read afresh since this replica began leading
-        self.work_pool = WorkPool(settings.work_threads)  # fetch and render, off the event loop's default executor
-        metrics.watch_work_pool(lambda: self.work_pool.running, lambda: self.work_pool.waiting)
-        self.liveness = Liveness(self.work_pool)
-        self.builder = DesiredStateBuilder(self.discovery, self.work_pool, work_dir=settings.work_dir,
-                                           fetch_options=settings.fetch_options, renderer=settings.renderer,
-                                           api_upgrade_default=settings.api_upgrade_default,
-                                           namespaces=settings.namespaces)
-        self.housekeeper = Housekeeper(settings.work_dir, self.builder.source_cache, self.builder.render_cache,
-                                       self.work_pool, live=lambda: set(self.registry.stacks))
-        self.apply_step = ApplyStep(kube, self.builder, self.registry, self.refresher, self.identities, self.tracker,
-                                    self.discovery, self.events, self.healer, interval=settings.interval,
-                                    health_timeout=settings.health_timeout)
-        self.teardown = Teardown(kube, self.registry, self.identities, self.events, self.healer, self._forget,
-                                 wave_timeout=settings.teardown_wave_timeout)
         self._bodies: dict[Key, JSON] = {}
         self._triggers: dict[Key, tuple[Any, ...]] = {}
 
     @property
     def stacks(self) -> dict[Key, Stack]:
-        return self.registry.stacks
+        return self.parts.registry.stacks
 
     @property
     def writers(self) -> dict[Key, StatusWriter]:
-        return self.registry.writers
+        return self.parts.registry.writers
 
     async def start(self) -> None:
-        await self.discovery.refresh()
-        self.liveness.start()
-        self.housekeeper.start()
+        await self.parts.discovery.refresh()
+        self.parts.liveness.start()
+        self.parts.housekeeper.start()
 
     def ready(self) -> bool:
         """Readiness: discovery is loaded, so KfDefs can be worked on."""
-        return self.discovery.cached("v1", "Namespace") is not None
+        return self.parts.discovery.cached("v1", "Namespace") is not None
 
     def alive(self) -> bool:
         """Liveness: the event loop and its threads make progress (controller/heartbeat.py)."""
-        return self.liveness.alive()
-
-    def leading(self) -> bool:
-        return self._gate is None or self._gate.is_set()
+        return self.parts.liveness.alive()
 
     # -- leadership ----------------------------------------------------------------------
 
@@ -168,20 +107,21 @@ class Reconciler:
         assert self._gate is not None
         self._gate.clear()
         self.queue.interrupt()
-        self.healer.halt()
-        self.refresher.halt()
-        self.registry.clear()
+        self.parts.healer.halt()
+        self.parts.refresher.halt()
+        self.parts.registry.clear()
+        self.queue.forget()
         for key in list(self._bodies):
             self.queue.request(key)
 
     async def stop(self) -> None:
         await self.queue.stop()
-        await self.healer.stop()
-        self.refresher.halt()
-        await self.tracker.close()
-        await self.housekeeper.stop()
-        await self.liveness.stop()
-        self.work_pool.shutdown()
+        await self.parts.healer.stop()
+        self.parts.refresher.halt()
+        await self.parts.tracker.close()
+        await self.parts.housekeeper.stop()
+        await self.parts.liveness.stop()
+        self.parts.work_pool.shutdown()
 
     # -- KfDef events ------------------------------------------------------------------
 
@@ -209,7 +149,7 @@ class Reconciler:
         previous = self._triggers.get(key)
         if previous != trigger:
             self._triggers[key] = trigger
-            if previous is not None and previous[:3] != trigger[:3] and self.builder.building(key):
+            if previous is not None and previous[:3] != trigger[:3] and self.parts.builder.building(key):
                 # Fetching or rendering what the KfDef no longer is (a new generation, or it is being deleted): the
                 # fetch or render stops now, its work thread is free, and the run starts over for what it is.
                 log.info("KfDef %s/%s changed while its sources were fetched or rendered: starting over", *key)
@@ -217,6 +157,7 @@ class Reconciler:
             self.queue.request(key)
 
     async def _work(self, key: Hashable) -> float | None:
+        """One run of the KfDef: its apply or teardown, then its outcome reported (:meth:`_report`), once."""
         assert isinstance(key, tuple)
         if self._gate is not None and key not in self._verified:
             await self._read_afresh(key)
@@ -226,20 +167,48 @@ class Reconciler:
             return None
         started = time.monotonic()
         deleting = bool(body["metadata"].get("deletionTimestamp"))
-        stack = self.registry.stack_for(body)
+        known = self.parts.registry.stacks.get(key)
+        stack = self.parts.registry.stack_for(body)
+        if stack is not known or (not deleting and stack.generation != (body["metadata"].get("generation") or 0)):
+            self.queue.forget(key)  # a KfDef new here, or a new generation of it, backs off from the start
+        writer = self.parts.registry.writers[key]
         try:
-            delay = await (self.teardown.run(stack, body) if deleting else self.apply_step.run(stack, body))
+            outcome = await (self.parts.teardown.run(stack, body, writer.update) if deleting
+                             else self.parts.apply_step.run(stack, body, writer.update))
+            delay = await self._report(stack, outcome)
         except Exception as error:  # every error becomes a condition and an Event, then a retry
-            delay = await self._failed(stack, error)
-        failed = stack.failure or stack.failed_changes() or (stack.teardown and stack.teardown[1])
-        result = "error" if failed else "success"
-        metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
+            self._log_failure(stack, error)
+            delay = await self._report(stack, failed(error, deleting=deleting))
+        failed_run = stack.failure or stack.failed_changes() or (stack.teardown and stack.teardown[1])
+        metrics.RECONCILE_SECONDS.labels("error" if failed_run else "success").observe(time.monotonic() - started)
         release_free_memory()  # what the run decoded is freed: hand its pages back
         return delay
 
-    def manager_for(self, stack: Stack) -> ResourceManager | None:
-        """The resource manager acting as the stack's identity (None before its first reconcile or teardown)."""
-        return self.identities.manager(stack.identity) if stack.identity is not None else None
+    async def _report(self, stack: Stack, outcome: RunOutcome) -> float | None:
+        """Say what a run came to: metrics, status, Events, the finalizer of a stack torn down; the next run's delay.
+
+        A status write the outcome requires and the API server refuses raises :class:`Fail` (StatusNotWritten)."""
+        for change in outcome.changes:
+            if change.action.wrote:
+                metrics.OBJECTS_APPLIED.labels(change.action.value).inc()
+            if change.action is Action.FAILED:
+                metrics.APPLY_ERRORS.labels(metrics.kind_label(change.ref.kind)).inc()
+        if outcome.failure is not None:
+            stack.fail(outcome.failure)
+        if outcome.status is not StatusWrite.NONE and not await self.parts.registry.writers[stack.key].update() and (
+                outcome.status is StatusWrite.REQUIRED):
+            raise Fail("StatusNotWritten", "the status could not be written (see the operator log); retrying",
+                       retry=True)
+        for event in outcome.events:
+            await self.parts.events.record(stack.owner, event.type, event.reason, event.message)
+        if outcome.released:
+            await patch_finalizers(self.parts.kube, stack, add=False)
+            await self._forget(stack.key)
+        if isinstance(outcome.next_run, Retry):
+            return self.queue.retry_delay(stack.key, base=outcome.next_run.base, cap=outcome.next_run.cap)
+        if outcome.next_run is not None:
+            self.queue.forget(stack.key)
+        return outcome.next_run
 
     async def _read_afresh(self, key: Key) -> None:
         """The first run since this replica began leading reads its KfDef, status included, from the API server.
@@ -248,7 +217,7 @@ class Reconciler:
         are the base of everything this replica writes.
         """
         try:
-            body = await self.kube.get(kfdef_path(*key))
+            body = await self.parts.kube.get(kfdef_path(*key))
         except (KubeApiError, OSError, TimeoutError) as error:
             log.warning("KfDef %s/%s: could not read it afresh (using the watched copy): %s", *key, error)
             return
@@ -259,7 +228,7 @@ class Reconciler:
             self._bodies.pop(key)
             return
         self._bodies[key] = body
-        stack = self.registry.stacks.get(key)
+        stack = self.parts.registry.stacks.get(key)
         if stack is not None and stack.owner.uid == body["metadata"].get("uid"):
             stack.reload(body.get("status") or {})
 
@@ -278,12 +247,12 @@ class Reconciler:
             return
         if body["metadata"].get("deletionTimestamp"):
             return
-        stack = self.registry.stack_for(body)
+        stack = self.parts.registry.stack_for(body)
         try:
             kfdef = parse_kfdef(body)
             stack.suspended = kfdef.annotations.get(SUSPEND_ANNOTATION, "").lower() == "true"
-            await self.builder.build(stack, kfdef, body, quietly)
-            await self.tracker.watch(self.registry.targets([stack]))
+            stack.take((await self.parts.builder.build(stack.owner, kfdef, body, quietly)).plan)
+            await self.parts.tracker.watch(self.parts.registry.targets([stack]))
             log.info("%s: prepared as a standby: %d objects desired, their kinds watched", stack.owner,
                      len(stack.desired))
         except (Fail, InvalidKfDef) as error:
@@ -291,54 +260,31 @@ class Reconciler:
         except Exception as error:  # noqa: BLE001 (the leader reports it; a standby only logs)
             log.info("%s: standby preparation failed: %s", stack.owner, error or type(error).__name__)
 
-    async def _failed(self, stack: Stack, error: BaseException) -> float | None:
-        failure = error.failure if isinstance(error, Fail) else explain(error)
-        base = error.base if isinstance(error, Fail) else 5.0
+    @staticmethod
+    def _log_failure(stack: Stack, error: Exception) -> None:
         if isinstance(error, Fail):
-            log.warning("%s: %s: %s", stack.owner, failure.reason, failure.message)
+            log.warning("%s: %s: %s", stack.owner, error.failure.reason, error.failure.message)
         else:
-            log.error("%s: reconcile failed: %s", stack.owner, failure.message, exc_info=error)
-        if stack.deleting:
-            stack.teardown = (failure.message, True)
-        else:
-            stack.failure = failure
-            stack.step = None
-        await self.registry.writers[stack.key].update()
-        await self.events.record(stack.owner, "Warning", failure.reason, failure.message)
-        if not failure.retrying:
-            return None  # only a change of the KfDef can help; its event requests the next run
-        return self.registry.retry_delay(stack.key, base=base, cap=120.0 if stack.deleting else 600.0)
-
-    # -- readiness from watch events --------------------------------------------------------
-
-    def refresh(self, stack: Stack) -> None:
-        """Re-evaluate a stack's status soon (coalesced: one write for a burst of events); only while leading."""
-        self.refresher.refresh(stack)
-
-    def _on_object_event(self, event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
-        stack = self.registry.labelled(instance_label(live) or "")
-        if stack is None or stack.deleting or ref not in stack.desired:
-            return
-        self.healer.observe(stack, event_type, ref, live, obj)
-        if stack.changes:
-            self.refresh(stack)
+            log.error("%s: reconcile failed: %s", stack.owner, explain(error).message, exc_info=error)
 
     # -- forgetting a KfDef ----------------------------------------------------------------
 
     def _release(self, key: Key) -> None:
-        """Stop everything that writes for this KfDef: its heals, status refreshes and status writes.
+        """Stop everything that writes for this KfDef: its heals, status refreshes and status writes; forget its
+        failures.
 
         Synchronous, so that nothing starts for it once the watch says it is gone here (deleted, or moved to
         another shard, which may be writing for it already); :meth:`_forget` then cleans up.
         """
-        stack = self.registry.release(key)
+        self.queue.forget(key)
+        stack = self.parts.registry.release(key)
         if stack is not None:
-            self.healer.drop(stack)
+            self.parts.healer.drop(stack)
 
     async def _forget(self, key: Key) -> None:
         self._release(key)
-        await self.housekeeper.forget(*key)  # its render directory, cached render and sources
-        stacks = self.registry.stacks.values()
-        self.identities.retain(s.identity for s in stacks if s.identity is not None)
+        await self.parts.housekeeper.forget(*key)  # its render directory, cached render and sources
+        stacks = self.parts.registry.stacks.values()
+        self.parts.identities.retain(s.identity for s in stacks if s.identity is not None)
         # Watches of kinds no remaining KfDef holds are closed: at rest, only needed watches stay open.
-        await self.tracker.retain(self.registry.targets(stacks))
+        await self.parts.tracker.retain(self.parts.registry.targets(stacks))

@@ -1,8 +1,8 @@
-"""The stacks this replica holds: one :class:`Stack` and one :class:`StatusWriter` per KfDef, and its retry count.
+"""The stacks this replica holds: one :class:`Stack` and one :class:`StatusWriter` per KfDef.
 
 :class:`StackRegistry` creates a KfDef's stack on its first run (decoding ``status.inventory`` once) and again
 when the KfDef was re-created under the same name; it finds a stack by the instance label of a watched object,
-counts failed attempts for the retry backoff, and names the watches the stacks' objects need.
+and names the watches the stacks' objects need. (A KfDef's failures are counted by the work queue.)
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kfdef_operator.api.types import JSON
-from kfdef_operator.controller.failures import backoff
 from kfdef_operator.runtime import inventory
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.ownership import Owner
@@ -36,7 +35,6 @@ class StackRegistry:
         self.stacks: dict[Key, Stack] = {}
         self.writers: dict[Key, StatusWriter] = {}
         self._by_label: dict[str, Key] = {}
-        self._attempts: dict[Key, int] = {}
 
     def stack_for(self, body: JSON) -> Stack:
         """The KfDef's stack, created (with its status writer) for a KfDef not seen before or re-created."""
@@ -52,7 +50,6 @@ class StackRegistry:
                                                    health_timeout=self._health_timeout,
                                                    inventory_format=self._inventory_format)
             self._by_label[owner.label] = owner.key
-            self._attempts.pop(owner.key, None)
         return stack
 
     def labelled(self, label: str) -> Stack | None:
@@ -61,10 +58,9 @@ class StackRegistry:
         return self.stacks.get(key) if key else None
 
     def release(self, key: Key) -> Stack | None:
-        """Drop the KfDef's stack, its retry count and its status writer (which writes nothing from now on)."""
+        """Drop the KfDef's stack and its status writer (which writes nothing from now on)."""
         stack = self.stacks.pop(key, None)
         writer = self.writers.pop(key, None)
-        self._attempts.pop(key, None)
         if writer is not None:
             writer.forget()
         if stack is not None:
@@ -78,17 +74,6 @@ class StackRegistry:
         self.stacks.clear()
         self.writers.clear()
         self._by_label.clear()
-        self._attempts.clear()
-
-    def retry_delay(self, key: Key, *, base: float, cap: float = 600.0) -> float:
-        """Seconds before the KfDef's next attempt after one more failure (:func:`backoff`)."""
-        attempt = self._attempts.get(key, 0)
-        self._attempts[key] = attempt + 1
-        return backoff(attempt, base=base, cap=cap)
-
-    def reset_retries(self, key: Key) -> None:
-        """The KfDef's next failure backs off from the start again."""
-        self._attempts.pop(key, None)
 
     def targets(self, stacks: Iterable[Stack]) -> set[WatchTarget]:
         """The watches the stacks' objects need: per kind, or per kind and namespace when namespace-scoped."""

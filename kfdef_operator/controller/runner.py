@@ -24,8 +24,8 @@ from kfdef_operator.build.egress import RemoteBases
 from kfdef_operator.build.isolated import IsolatedRender, RenderLimits
 from kfdef_operator.controller import preflight
 from kfdef_operator.controller.log_filters import RetriedThrottling
-from kfdef_operator.controller.reconciler import Settings
 from kfdef_operator.controller.scope import election_namespace, instance_identity, lease_name, watched_namespaces
+from kfdef_operator.controller.settings import Settings
 from kfdef_operator.runtime.election import ElectionConfig
 from kfdef_operator.runtime.memory import limit_malloc_arenas, limit_tls_read_buffers
 from kfdef_operator.source.network import NetworkPolicy

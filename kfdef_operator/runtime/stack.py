@@ -37,6 +37,23 @@ class Failure:
     retrying: bool
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a stack holds for the generation about to be applied: built whole before the apply (the controller's
+    builder), taken in one call (:meth:`Stack.take`)."""
+
+    objects: Mapping[ObjectRef, JSON]            # normalised, namespace resolved, in render order
+    #: Served kinds; custom resources of the stack's own CRDs are added once their CRD serves them.
+    resources: dict[ObjectRef, Resource]
+    application_of: dict[ObjectRef, str]
+    applications: list[str]                      # the KfDef's, in its order
+    run_once: set[ObjectRef]                     # never re-created once gone
+    webhooks: dict[str, Webhook]
+    rejected: list[Change]                       # never sent: unserved, out of scope
+    #: Fields reported in status besides conditions (sources, reposCache, warnings, upgrades).
+    reported: JSON
+
+
 _versions = itertools.count(1)
 
 
@@ -129,6 +146,17 @@ class Stack:
             for spec in ((obj.get("spec") or {}) for ref, obj in objects.items()
                          if ref.kind == "CustomResourceDefinition"))
 
+    def take(self, plan: Plan) -> None:
+        """The plan of the generation about to be applied: its objects and everything known of them."""
+        self.want(plan.objects)
+        self.resources = plan.resources
+        self.application_of = plan.application_of
+        self.applications = plan.applications
+        self.run_once = plan.run_once
+        self.webhooks = plan.webhooks
+        self.rejected = plan.rejected
+        self.reported.update(plan.reported)
+
     def reload(self, status: JSON) -> None:
         """The KfDef's status as read from the API server now (another replica may have written it)."""
         self.status = dict(status)
@@ -140,6 +168,14 @@ class Stack:
             self.failure = None
         self.generation = generation
         self.step = ("Progressing", f"reconciling generation {generation}") if announce else None
+
+    def fail(self, failure: Failure) -> None:
+        """The run stopped short: its generation's apply shows the failure; a teardown shows itself stuck."""
+        if self.deleting:
+            self.teardown = (failure.message, True)
+        else:
+            self.failure = failure
+            self.step = None
 
     def explained(self, change: Change) -> Change:
         """``change`` as the stack keeps it: without the object the server returned (nothing reads it after the

@@ -141,6 +141,13 @@ def application_names(stack: Stack) -> list[str]:
     return list(dict.fromkeys([*stack.applications, *stack.application_of.values()]))
 
 
+def failures_of(stack: Stack) -> list[JSON]:
+    """``status.failures``: the objects that failed or were never sent, with why (the first few)."""
+    return [{"object": str(c.ref), "message": cond.truncate(c.message, 512),
+             **({"application": stack.application_of[c.ref]} if c.ref in stack.application_of else {})}
+            for c in stack.failed_changes()][: cond.MAX_FAILURES_LISTED]
+
+
 def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float,
               inventory_format: inventory.InventoryFormat) -> JSON:
     """The KfDef status the stack calls for, as a whole (the writer sends only what differs)."""
@@ -153,10 +160,7 @@ def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float
         status["observedGeneration"] = stack.generation
     if stack.applied:
         summary, rows = summary_of(stack, live)
-        failures = [{"object": str(c.ref), "message": cond.truncate(c.message, 512),
-                     **({"application": stack.application_of[c.ref]} if c.ref in stack.application_of else {})}
-                    for c in stack.failed_changes()][: cond.MAX_FAILURES_LISTED]
-        status.update(summary=summary, applications=rows, failures=failures, **stack.reported)
+        status.update(summary=summary, applications=rows, failures=failures_of(stack), **stack.reported)
     return status
 
 

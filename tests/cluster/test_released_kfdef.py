@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from kfdef_operator.api.names import kfdef_path
-from kfdef_operator.controller.reconciler import Reconciler, Settings
+from kfdef_operator.controller.reconciler import Reconciler
+from kfdef_operator.controller.settings import Settings
+from kfdef_operator.controller.wiring import assemble
 from kfdef_operator.source.options import FetchOptions
 from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.inventory import ObjectRef
@@ -41,20 +43,21 @@ def test_a_kfdef_no_longer_served_here_is_not_healed_here(control_plane, kube, k
     async def scenario() -> None:
         client = await KubeClient.connect(str(control_plane.kubeconfig))
         settings = Settings(work_dir=tmp_path / "operator", fetch_options=FetchOptions(local_roots=(tmp_path,)))
-        reconciler = Reconciler(client, settings)
+        reconciler = Reconciler(assemble(client, settings))
         await reconciler.start()
         try:
             reconciler.observe("ADDED", body)
             await until(lambda: _ready(client, path), 120, "the KfDef Ready")
-            live = reconciler.tracker.get(deployment)
+            live = reconciler.parts.tracker.get(deployment)
             assert live is not None and key in reconciler.stacks
 
             # What a watch says when the KfDef's shard label changes, then its Deployment's deletion.
             reconciler.observe("DELETED", body)
-            reconciler._on_object_event("DELETED", deployment, live, None)  # noqa: SLF001
+            reconciler.parts.on_object_event("DELETED", deployment, live, None)
 
             assert key not in reconciler.stacks and key not in reconciler.writers
-            assert key not in reconciler.healer._workers and not reconciler.healer._pending.get(key), \
+            healer = reconciler.parts.healer
+            assert key not in healer._workers and not healer._pending.get(key), \
                 "a heal was scheduled for a KfDef this instance no longer serves"  # noqa: SLF001
         finally:
             # The KfDef comes back here and is deleted: this instance tears it down (no other operator runs).

@@ -59,10 +59,19 @@ def test_download_retries_double_the_configured_first_delay():  # source/http.py
     assert sequence(range(0, 3), base=1.0) == [1.0, 2.0, 4.0]
 
 
-def test_reconcile_retries_five_seconds_doubling_to_ten_minutes():  # controller/failures.py
-    from kfdef_operator.controller.failures import backoff
+def test_reconcile_retries_five_seconds_doubling_to_ten_minutes():  # controller/queue.py WorkQueue.retry_delay
+    from kfdef_operator.controller.queue import WorkQueue
 
-    assert [backoff(attempt) for attempt in range(9)] == [5, 10, 20, 40, 80, 160, 320, 600, 600]
+    async def work(key: object) -> None:
+        return None
+
+    queue = WorkQueue(work)
+    assert [queue.retry_delay("k", base=5.0) for _ in range(9)] == [5, 10, 20, 40, 80, 160, 320, 600, 600]
+    assert [queue.retry_delay("other", base=5.0, cap=120.0) for _ in range(6)] == [5, 10, 20, 40, 80, 120]
+    queue.forget("k")
+    assert queue.retry_delay("k", base=10.0) == 10.0, "a forgotten key backs off from the start"
+    queue.forget()
+    assert queue.retry_delay("other", base=5.0) == 5.0, "forget() forgets every key"
 
 
 def test_crd_and_deletion_waits_poll_from_20_ms():  # ssa/waits.py: Established up to 0.2 s, gone up to 0.5 s

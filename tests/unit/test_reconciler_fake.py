@@ -1,8 +1,7 @@
 """Reconciler against the in-memory API server, in virtual time: a KfDef's whole run (finalizer, apply, status,
 events), retries after failures spaced by the backoff, teardown on deletion, stepping down as leader.
 
-Only rendering is canned (:class:`CannedRender`, the renderer the operator's Settings take): kustomize is not what
-these tests are about, and the render helper is a Go build.
+Only rendering is canned (tests/fake_operator.py).
 """
 
 from __future__ import annotations
@@ -10,70 +9,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
-from kfdef_operator.api.names import FINALIZER, kfdef_path
-from kfdef_operator.build.isolated import IsolatedRender
-from kfdef_operator.build.render import RenderedApplication
-from kfdef_operator.controller.reconciler import Reconciler, Settings
-from kfdef_operator.source.options import FetchOptions
+from kfdef_operator.api.names import FINALIZER
+from kfdef_operator.controller.reconciler import Reconciler
+from kfdef_operator.controller.wiring import assemble
 from tests import virtual_time
 from tests.fake_kube import FakeApiServer
-
-NAME, NAMESPACE = "stack", "owners"
-KFDEF = kfdef_path(NAMESPACE, NAME)
-CM_COLLECTION = "/api/v1/namespaces/apps/configmaps"
-
-
-@dataclass(frozen=True)
-class CannedRender(IsolatedRender):
-    """Renders every KfDef as one application holding ``objects``."""
-
-    objects: tuple[dict[str, Any], ...] = field(default=())
-
-    def settings(self) -> str:
-        return f"canned:{len(self.objects)}"
-
-    def __call__(self, kfdef: Any, sources: Mapping[str, Any], workdir: Path, *,
-                 progress: Callable[[RenderedApplication], None] | None = None,
-                 interrupt: Any = None) -> list[RenderedApplication]:
-        return [RenderedApplication("app", "plain", [dict(obj) for obj in self.objects])]
-
-
-OBJECTS = (
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}},
-    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "first", "namespace": "apps"},
-     "data": {"k": "v"}},
-    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "second", "namespace": "apps"},
-     "data": {"k": "v"}},
-)
-
-
-def kfdef(repo: Path) -> dict:
-    return {"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
-            "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "spec": {"repos": [{"name": "manifests", "uri": str(repo)}],
-                     "applications": [{"name": "app", "kustomizeConfig": {"repoRef": {"name": "manifests",
-                                                                                      "path": "app"}}}]}}
+from tests.fake_operator import CM_COLLECTION, KFDEF, NAME, NAMESPACE, OBJECTS, cluster, kfdef, settings, source
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    (tmp_path / "repo" / "app").mkdir(parents=True)
-    (tmp_path / "repo" / "app" / "kustomization.yaml").write_text("resources: []\n")
-    return tmp_path / "repo"
-
-
-def cluster() -> FakeApiServer:
-    server = FakeApiServer()
-    server.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    return server
+    return source(tmp_path)
 
 
 @contextlib.asynccontextmanager
@@ -81,9 +34,7 @@ async def operator(server: FakeApiServer, repo: Path, *, gate: asyncio.Event | N
                    create: bool = True, objects: tuple[dict[str, Any], ...] = OBJECTS) -> AsyncIterator[Reconciler]:
     """A started Reconciler handed the KfDef's watch events (as kopf does), and the KfDef created (unless
     ``create`` is false: a restart finds it); it renders ``objects``."""
-    settings = Settings(work_dir=repo.parent / "work", renderer=CannedRender(objects=objects),
-                        fetch_options=FetchOptions.from_env({}, local_roots=(repo.parent,)), work_threads=1)
-    reconciler = Reconciler(server.client(), settings, gate=gate)
+    reconciler = Reconciler(assemble(server.client(), settings(repo, objects), gate=gate))
     await reconciler.start()
     kube = server.client()
 
@@ -223,7 +174,8 @@ def test_an_inventory_in_the_first_format_is_pruned_from_and_replaced_by_the_nex
         {"name": "app", "objects": ["_apps__Namespace_v1", "apps_first__ConfigMap_v1"]}]}
 
 
-def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:
+def applied_then_deleted(repo: Path) -> FakeApiServer:
+    """The KfDef applied until Ready, then deleted until gone."""
     server = cluster()
 
     async def scenario():
@@ -233,6 +185,11 @@ def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:
             await until(lambda: server.get(KFDEF) is None)
 
     virtual_time.run(scenario())
+    return server
+
+
+def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:
+    server = applied_then_deleted(repo)
     assert server.objects("ConfigMap") == [] and not [n for n in server.objects("Namespace")
                                                      if n["metadata"]["name"] == "apps"]
     deletes = [r.path.rpartition("/")[2] for r in server.received("DELETE") if "/namespaces/apps" in r.path
@@ -306,3 +263,58 @@ def test_a_leader_taking_over_a_written_status_exports_its_conditions(repo) -> N
     assert dropped is None
     assert writes == [], "the status was right: nothing written"
     assert REGISTRY.get_sample_value("kfdef_condition", labels) == 1.0
+
+
+def events_posted(server: FakeApiServer) -> list[str]:
+    return [r.body["reason"] for r in server.received("POST", f"/namespaces/{NAMESPACE}/events")]
+
+
+def test_a_run_is_reported_once_it_is_over_its_status_first_then_its_events_then_the_finalizer(repo) -> None:
+    server = applied_then_deleted(repo)
+    kfdef_writes = [r for r in server.received(writes_only=True) if r.path.startswith(KFDEF)
+                    or "/events" in r.path]
+    said = [("event " + r.body["reason"]) if "/events" in r.path
+            else "finalizer" if "finalizers" in str(r.body) else "status" for r in kfdef_writes]
+    applied, deleted = said.index("event Applied"), said.index("event Deleted")
+    assert said[:applied] == ["finalizer", "status", "status", "status", "status", "status", "event Ready"], \
+        "the steps, the inventory, then the outcome's status, which turns Ready"
+    assert said[deleted - 2:] == ["status", "status", "event Deleted", "finalizer"], \
+        "'deleting 3 objects', the emptied inventory, the Event, and only then the finalizer goes"
+
+
+def test_a_result_the_status_cannot_hold_fails_the_run_which_is_retried(repo) -> None:
+    server = cluster()
+
+    async def scenario():
+        # The run's last status write (the only one with a summary) is refused once.
+        server.fail("PATCH", f"{KFDEF}/status", 403, "forbidden for now",
+                    when=lambda r: "summary" in (r.body or {}).get("status", {}))
+        async with operator(server, repo):
+            await until(lambda: condition(server, "Reconciling").get("reason") == "StatusNotWritten")
+            refused = virtual_time.now()
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+            return virtual_time.now() - refused
+
+    took = virtual_time.run(scenario())
+    assert 5 <= took < 10, "retried after 5 s"
+    assert events_posted(server)[:1] == ["StatusNotWritten"], "said once, instead of the run's own Events"
+    assert "Applied" not in events_posted(server)[:2]
+
+
+def test_a_new_generation_backs_off_from_the_start_again(repo) -> None:
+    server = cluster()
+    second = f"{CM_COLLECTION}/second"
+
+    async def scenario():
+        server.fail("PATCH", second, 400, 'admission webhook "guard.example.com" denied the request: no',
+                    times=None)
+        async with operator(server, repo):
+            await until(lambda: len(server.received("PATCH", second)) == 4, within=300)  # 10, 20, 40 s apart
+            server.modify(KFDEF, lambda obj: obj.__setitem__("spec", {**obj["spec"], "interval": "20m"}))
+            await until(lambda: len(server.received("PATCH", second)) == 7, within=300)
+
+    virtual_time.run(scenario())
+    attempts = server.received("PATCH", second)
+    pauses = [round(b.at - a.answered_at) for a, b in itertools.pairwise(attempts)]
+    assert pauses[:3] == [10, 20, 40]
+    assert pauses[4:] == [10, 20], "the new generation's own failures count from the first"
