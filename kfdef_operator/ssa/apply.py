@@ -185,7 +185,7 @@ class Applier:
         """Whether an adopted object may hold fields of other managers, from its metadata when that has its
         managed fields (a lookup), else from the watch cache's summary (which names them for adopted objects)."""
         if "managedFields" in live_meta:
-            return bool(held_by_others(live_meta, field_manager))
+            return bool(held_by_others({"metadata": live_meta}, field_manager))
         tracked = self.access.live.get(ref) if self.access.live is not None else None
         return tracked is None or bool(tracked.foreign)
 
@@ -212,7 +212,7 @@ class Applier:
             log.info("%s: not read, so the fields other managers set on it are not judged: %s", ref,
                      self.access.describe(error))
             return change
-        held = held_by_others((obj or {}).get("metadata") or {}, ownership.field_manager)
+        held = held_by_others(obj or {}, ownership.field_manager)
         if obj is None or not held:
             self._judged.pop(ref, None)
             return change
@@ -265,7 +265,7 @@ class Applier:
         removed = spelled(described(lost))
         log.info("%s: replaced its content with the desired state (force), removing fields of other managers: %s",
                  ref, removed)
-        left = held_by_others(live.get("metadata") or {}, ownership.field_manager)
+        left = held_by_others(live, ownership.field_manager)
         note = f"fields other managers set were removed (force): {removed}"
         return replace(change, action=Action.ADOPTED if change.action is Action.ADOPTED else Action.CONFIGURED,
                        message="; ".join(n for n in (change.message, note) if n), live=kept_answer(live),

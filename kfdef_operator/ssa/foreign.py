@@ -6,8 +6,9 @@ are read from the object's ``managedFields``:
 
 - :func:`held_by_others`: per field manager, the topmost parts of its field set that the owner's does not hold.
   Entries of a subresource (``status``, ``scale``: a controller's status, an autoscaler's replicas) are not
-  counted, nor, in any entry, the status, the metadata besides labels and annotations, and the labels and
-  annotations in :data:`ROUTINE_KEYS` that the API server, kubectl and kube-controller-manager set on their own.
+  counted, nor, in any entry, the status, the metadata besides labels and annotations, the labels and
+  annotations in :data:`ROUTINE_KEYS` that the API server, kubectl and kube-controller-manager set on their own,
+  and the rules of an aggregated ClusterRole.
   No manager is trusted by its name, which any writer may choose.
 - Many of the fields left are the server's defaults, which Kubernetes counts as set by whoever created the
   object (``kubectl create`` of a Deployment holds its ``progressDeadlineSeconds``, ``strategy``, ...). A dry-run
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from itertools import groupby
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa import aggregation
 from kfdef_operator.ssa.fieldsets import MISSING, FieldPath, describe, locate, outside, pointer, union, value_at
 
 #: One field another manager holds: (the manager's name, the field's path as :func:`~fieldsets.describe` spells it).
@@ -59,19 +61,25 @@ def _main(entries: Iterable[JSON]) -> list[JSON]:
     return [e for e in entries if isinstance(e, dict) and not e.get("subresource")]
 
 
-def held_by_others(meta: JSON, field_manager: str) -> dict[str, list[FieldPath]]:
-    """Per other manager, the fields of the object whose metadata is ``meta`` that it holds and ``field_manager``
-    does not (the topmost node of each part only it holds), routine ones left out; managers holding none are
-    absent."""
-    entries = _main(meta.get("managedFields") or [])
+def held_by_others(obj: JSON, field_manager: str) -> dict[str, list[FieldPath]]:
+    """Per other manager, the fields of ``obj`` (its metadata is enough) that it holds and ``field_manager`` does
+    not (the topmost node of each part only it holds), routine ones left out; managers holding none are absent.
+    The ``rules`` of an aggregated ClusterRole are routine too: kube-controller-manager writes them, whoever
+    else did before (:mod:`~kfdef_operator.ssa.aggregation`)."""
+    entries = _main((obj.get("metadata") or {}).get("managedFields") or [])
     ours = union(*(_fields(e) for e in entries if e.get("manager") == field_manager))
+    aggregated = aggregation.is_aggregated(obj)
+
+    def routine(path: FieldPath) -> bool:
+        return _routine(path) or aggregated and path == ("f:rules",)
+
     held: dict[str, list[FieldPath]] = {}
     for entry in entries:
         manager = str(entry.get("manager", ""))
         if manager == field_manager:
             continue
         paths = held.setdefault(manager, [])
-        paths.extend(p for p in outside(_fields(entry), ours, _routine) if p not in paths)
+        paths.extend(p for p in outside(_fields(entry), ours, routine) if p not in paths)
     return {manager: paths for manager, paths in held.items() if paths}
 
 

@@ -46,7 +46,7 @@ def summarize(obj: JSON, *, labels: Iterable[str], annotations: Iterable[str],
         meta={"labels": {k: live_labels[k] for k in labels if k in live_labels},
               "annotations": {k: live_annotations[k] for k in annotations if k in live_annotations}},
         health=health.assess(obj),
-        foreign=frozenset(described(held_by_others(meta, foreign_to))) if foreign_to else frozenset(),
+        foreign=frozenset(described(held_by_others(obj, foreign_to))) if foreign_to else frozenset(),
     )
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
 from kfdef_operator.runtime.ownership import ADOPTED_ANNOTATION, DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL
 from tests.cluster.conftest import KFDEF_API, kfdef_status, restart_writes, wait_ready
+from tests.commands import kfdef_operator, kubectl
 from tests.kube import wait_for
 from tests.stacks import deployment, write_package
 
@@ -104,3 +106,39 @@ def test_force_replaces_an_adopted_objects_content_with_exactly_what_the_stack_r
     assert kube.get("apps/v1", "Deployment", "tool", kfdef_namespace)["metadata"]["uid"] == tool["metadata"]["uid"]
     assert "tenant" in [e["manager"] for e in kube.get("apps/v1", "Deployment", "tool", kfdef_namespace)
                         ["metadata"]["managedFields"]]
+
+
+def test_a_stack_installed_by_hand_before_is_adopted_without_a_note(operator, kube, control_plane, kfdef_namespace,
+                                                                   new_stack, tmp_path):
+    """kubectl's client-side apply holds every field of what it created, the server's defaults included (some 15
+    per Deployment), and kube-controller-manager writes the rules of an aggregated ClusterRole: none of that is
+    another writer's content."""
+    stack = new_stack()
+    label = f"s{stack.suffix}.example.org/aggregate-to-view"
+    write_package(stack.root, "roles", [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": f"view-{stack.suffix}"}, "rules": [],
+         "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {label: "true"}}]}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": f"widgets-view-{stack.suffix}", "labels": {label: "true"}},
+         "rules": [{"apiGroups": [stack.group], "resources": ["widgets"], "verbs": ["get"]}]}])
+    applications = [*stack.applications, {"name": "roles", "kustomizeConfig": {
+        "repoRef": {"name": "manifests", "path": "roles"}}}]
+    kfdef = stack.kfdef("by-hand", kfdef_namespace, applications=applications)
+    (tmp_path / "kfdef.yaml").write_text(yaml.safe_dump(kfdef))
+    built = kfdef_operator("build", str(tmp_path / "kfdef.yaml"), "-o", str(tmp_path / "built.yaml"),
+                           "--cache-dir", str(tmp_path / "cache"))
+    assert built.returncode == 0, built.stderr
+    # Twice: the custom resource only once its CRD is served.
+    kubectl(control_plane.bin_dir, control_plane.kubeconfig, "apply", "-f", str(tmp_path / "built.yaml"), check=False)
+    kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"widgets.{stack.group}", "Established")
+    kubectl(control_plane.bin_dir, control_plane.kubeconfig, "apply", "-f", str(tmp_path / "built.yaml"))
+    wait_for(lambda: (kube.get("rbac.authorization.k8s.io/v1", "ClusterRole", f"view-{stack.suffix}") or {})
+             .get("rules"), what="the aggregated role's rules written by kube-controller-manager")
+
+    kube.apply(kfdef)
+    status = wait_ready(kube, "by-hand", kfdef_namespace)["status"]
+    assert status["summary"]["applied"] == 12
+    deployment_ = kube.get("apps/v1", "Deployment", "operator", stack.namespace)
+    assert deployment_["metadata"]["annotations"][ADOPTED_ANNOTATION] == "true"
+    assert _adoption_notes(status) == []

@@ -24,6 +24,10 @@ def meta(*entries: dict) -> dict:
     return {"uid": "u1", "resourceVersion": "7", "managedFields": list(entries)}
 
 
+def obj(*entries: dict, **content: object) -> dict:
+    return {"metadata": meta(*entries), **content}
+
+
 TENANT_POLICY = entry("tenant", {"f:metadata": {"f:labels": {".": {}, "f:owner": {}}},
                                  "f:spec": {"f:egress": {}, "f:ingress": {}, "f:policyTypes": {}}})
 OUR_POLICY = entry(OURS, {"f:metadata": {"f:labels": {"f:kfdef.apps.kubeflow.org/instance": {}}},
@@ -31,7 +35,7 @@ OUR_POLICY = entry(OURS, {"f:metadata": {"f:labels": {"f:kfdef.apps.kubeflow.org
 
 
 def test_the_fields_only_another_manager_holds_are_its_and_shared_ones_are_not():
-    held = foreign.held_by_others(meta(OUR_POLICY, TENANT_POLICY), OURS)
+    held = foreign.held_by_others(obj(OUR_POLICY, TENANT_POLICY), OURS)
     assert foreign.described(held) == (("tenant", "metadata.labels.owner"), ("tenant", "spec.egress"),
                                ("tenant", "spec.ingress"))  # policyTypes: the stack applies it too
 
@@ -46,7 +50,7 @@ def test_a_part_only_another_manager_holds_is_one_path_however_many_fields_it_ha
 
 
 def test_subresources_status_bookkeeping_and_routine_keys_are_nobodys_concern():
-    held = foreign.held_by_others(meta(
+    held = foreign.held_by_others(obj(
         OUR_POLICY,
         # kube-controller-manager's status writes, an autoscaler's replicas: through subresources.
         entry("kube-controller-manager", {"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}},
@@ -67,19 +71,29 @@ def test_subresources_status_bookkeeping_and_routine_keys_are_nobodys_concern():
 def test_a_map_only_another_manager_holds_is_named_without_its_routine_keys():
     theirs = entry("kubectl-client-side-apply", {"f:metadata": {"f:annotations": {
         ".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}, "f:example.org/tier": {}}}})
-    assert foreign.described(foreign.held_by_others(meta(OUR_POLICY, theirs), OURS)) == (
+    assert foreign.described(foreign.held_by_others(obj(OUR_POLICY, theirs), OURS)) == (
         ("kubectl-client-side-apply", "metadata.annotations[example.org/tier]"),)
 
 
 def test_no_manager_is_trusted_by_its_name():
     spoofed = entry("kube-controller-manager", {"f:spec": {"f:ingress": {}}})
-    assert foreign.described(foreign.held_by_others(meta(OUR_POLICY, spoofed), OURS)) == (("kube-controller-manager",
+    assert foreign.described(foreign.held_by_others(obj(OUR_POLICY, spoofed), OURS)) == (("kube-controller-manager",
                                                                            "spec.ingress"),)
 
 
 def test_an_object_nobody_else_wrote_holds_nothing_foreign():
-    assert foreign.held_by_others(meta(OUR_POLICY), OURS) == {}
+    assert foreign.held_by_others(obj(OUR_POLICY), OURS) == {}
     assert foreign.held_by_others({}, OURS) == {}
+
+
+def test_the_rules_of_an_aggregated_cluster_role_are_the_aggregation_controllers():
+    rules = entry("clusterrole-aggregation-controller", {"f:rules": {}}, operation="Apply")
+    ours = entry(OURS, {"f:aggregationRule": {"f:clusterRoleSelectors": {}}}, operation="Apply")
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"}
+    assert foreign.held_by_others(obj(ours, rules, **role, aggregationRule={"clusterRoleSelectors": []}), OURS) == {}
+    # A role that aggregates nothing: rules someone else wrote are theirs.
+    assert foreign.described(foreign.held_by_others(obj(rules, **role), OURS)) == (
+        ("clusterrole-aggregation-controller", "rules"),)
 
 
 def test_paths_are_found_in_the_object_by_key_value_and_position():
