@@ -165,7 +165,8 @@ def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float
 
 
 ADOPTION_HINT = (". Remove those fields from the object, or set spec.force: true on the KfDef to replace its content "
-                 "with exactly what the stack renders.")
+                 "with exactly what the stack renders (force also lets an immutable-field change re-create objects "
+                 "that may hold data).")
 
 
 def adoption_warnings(stack: Stack, live: LiveView) -> list[str]:

@@ -63,7 +63,8 @@ def test_an_adopted_object_keeping_another_writers_fields_is_named_until_they_ar
         f"NetworkPolicy.networking.k8s.io {kfdef_namespace}/platform-deny-all was adopted and keeps fields the "
         "stack does not render, set by other field managers: tenant: metadata.labels.owner, spec.egress, "
         "spec.ingress. Remove those fields from the object, or set spec.force: true on the KfDef to replace its "
-        "content with exactly what the stack renders."]
+        "content with exactly what the stack renders (force also lets an immutable-field change re-create objects "
+        "that may hold data)."]
     policy = _policy(kube, kfdef_namespace)
     assert policy["spec"]["ingress"] == [{}]  # named, not removed: the KfDef did not ask for that
     assert policy["metadata"]["annotations"][ADOPTED_ANNOTATION] == "true"

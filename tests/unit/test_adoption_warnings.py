@@ -40,7 +40,8 @@ def test_the_note_names_the_object_the_fields_their_manager_and_what_to_do():
     assert note == ("NetworkPolicy.networking.k8s.io team/platform-deny-all was adopted and keeps fields the stack "
                     "does not render, set by other field managers: tenant: spec.egress, spec.ingress. Remove those "
                     "fields from the object, or set spec.force: true on the KfDef to replace its content with "
-                    "exactly what the stack renders.")
+                    "exactly what the stack renders (force also lets an immutable-field change re-create objects "
+                    "that may hold data).")
 
 
 def test_a_field_the_watch_cache_no_longer_sees_held_is_no_longer_named():
@@ -61,7 +62,7 @@ def test_the_notes_come_before_the_renders_and_stay_within_the_limit():
     long = tuple(("tenant-" + "m" * 300, f"spec.{'f' * 200}{i}") for i in range(40))
     stack.changes[POLICY] = replace(stack.changes[POLICY], foreign=long)
     (note,) = adoption_warnings(stack, Cache({POLICY: tracked(POLICY, *long)}))
-    assert len(note) <= 512 and note.endswith("exactly what the stack renders.")
+    assert len(note) <= 512 and note.endswith("that may hold data).")
 
 
 def test_a_heal_keeps_what_the_apply_judged_of_other_writers_fields():
