@@ -252,7 +252,7 @@ def render_tree(stack: StackStatus) -> str:
                           + ", ".join(f"{n} {kind}" for kind, n in by_count))
         branches.append((f"{application.name} ({_count_line(application.counts())})", leaves))
     if stack.warnings:
-        branches.append((f"warnings ({len(stack.warnings)}, no action needed)", stack.warnings))
+        branches.append((f"warnings ({len(stack.warnings)})", stack.warnings))
     for position, (head, leaves) in enumerate(branches):
         last = position == len(branches) - 1
         lines.append(("└── " if last else "├── ") + head)

@@ -193,8 +193,12 @@ class Stack:
         self.failure = None
 
     def record_heal(self, change: Change) -> None:
-        """A heal's result replaces the object's outcome: a healed object is applied again, a failed one failed."""
+        """A heal's result replaces the object's outcome: a healed object is applied again, a failed one failed.
+        What the last apply judged of the fields other managers set on it stays (a heal does not judge them)."""
         if change.ref in self.desired:
+            previous = self.changes.get(change.ref)
+            if previous is not None and previous.foreign and not change.foreign:
+                change = replace(change, foreign=previous.foreign)
             self.changes[change.ref] = self.explained(change)
 
     def failed_changes(self) -> list[Change]:

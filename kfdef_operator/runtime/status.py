@@ -23,6 +23,7 @@ from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
+from kfdef_operator.ssa.foreign import spelled
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.live import LiveView
 from kfdef_operator.ssa.webhooks import BLOCKED_BY_OWN_WEBHOOK, explain
@@ -161,7 +162,33 @@ def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float
     if stack.applied:
         summary, rows = summary_of(stack, live)
         status.update(summary=summary, applications=rows, failures=failures_of(stack), **stack.reported)
+        adopted = adoption_warnings(stack, live)
+        if adopted:  # first: they may call for action, the render's notes never do
+            status["warnings"] = [*adopted, *(stack.reported.get("warnings") or [])][: cond.MAX_FAILURES_LISTED]
     return status
+
+
+ADOPTION_HINT = (". Remove those fields from the object, or set spec.force: true on the KfDef to replace its content "
+                 "with exactly what the stack renders (force also lets an immutable-field change re-create objects "
+                 "that may hold data).")
+
+
+def adoption_warnings(stack: Stack, live: LiveView) -> list[str]:
+    """A note for each adopted object that keeps fields other managers set and the stack does not render: the
+    fields its last apply judged so (:attr:`Change.foreign`), as long as the watch cache still sees them held, so
+    that a note goes as soon as its fields do. Sorted by object, each at most 512 characters."""
+    notes = []
+    for ref, change in sorted(stack.changes.items(), key=lambda item: str(item[0])):
+        if not change.foreign or ref not in stack.desired:
+            continue
+        tracked = live.get(ref)
+        if tracked is None and live.is_watched(ref.group, ref.kind, ref.namespace):
+            continue  # gone
+        fields = [field for field in change.foreign if tracked is None or field in tracked.foreign]
+        if fields:
+            notes.append(cond.truncate(f"{ref} was adopted and keeps fields the stack does not render, set by other "
+                                       f"field managers: {spelled(fields)}", 512, hint=ADOPTION_HINT))
+    return notes
 
 
 def _differs(key: str, old: object, new: object) -> bool:

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from kfdef_operator.api.names import INSTANCE_LABEL
+from kfdef_operator.api.names import ADOPTED_ANNOTATION, FIELD_MANAGER, INSTANCE_LABEL
 from kfdef_operator.api.types import JSON
 from kfdef_operator.backoff import exponential, jittered
 from kfdef_operator.runtime.ownership import KEPT_ANNOTATIONS, KEPT_LABELS
@@ -140,7 +140,10 @@ class Tracker:
     # -- watch loop ----------------------------------------------------------------
 
     def _dispatch(self, event_type: str, obj: JSON) -> None:
-        live = summarize(obj, labels=KEPT_LABELS, annotations=KEPT_ANNOTATIONS)
+        # Of adopted objects only, the fields other writers hold: the stack did not create them (status names them).
+        adopted = ((obj.get("metadata") or {}).get("annotations") or {}).get(ADOPTED_ANNOTATION) == "true"
+        live = summarize(obj, labels=KEPT_LABELS, annotations=KEPT_ANNOTATIONS,
+                         foreign_to=FIELD_MANAGER if adopted else None)
         if event_type == "DELETED":
             self._objects.pop(live.ref, None)
         else:

@@ -11,6 +11,10 @@
 - an object that exists without any owner's stamp is adopted: applied, and
   released rather than deleted later; so is one that was absent when looked
   up but existed when applied (someone else created it meanwhile);
+- an adopted object's fields that other managers set and the owner does not
+  apply are judged (:mod:`~kfdef_operator.ssa.foreign`) and named in its
+  :class:`Change`; with :attr:`ApplyOptions.force` they are removed, leaving
+  exactly what the owner applies;
 - everything else is server-side applied with ``force`` (the owner is a
   controller: the fields it declares are its own; fields it does not declare
   stay with whoever set them);
@@ -34,15 +38,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import ordering
-from kfdef_operator.ssa.access import CRD_PATH, JSON_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body
+from kfdef_operator.ssa.access import CRD_PATH, JSON_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body, dry_run_params
 from kfdef_operator.ssa.changeset import Action, Change, kept_answer, refusal
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Resource
+from kfdef_operator.ssa.fieldsets import FieldPath
+from kfdef_operator.ssa.foreign import (
+    Foreign,
+    changed_by_removal,
+    described,
+    held_by_others,
+    removal_patch,
+    spelled,
+    takeover_patch,
+)
 from kfdef_operator.ssa.immutable import STATELESS_KINDS, data_at_stake, is_immutable_error
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of
 from kfdef_operator.ssa.live import OwnWrites
@@ -64,7 +79,8 @@ class ApplyOptions:
 
     #: Re-create objects of any kind (data-holding ones included) whose immutable fields changed (Flux's
     #: ``spec.force``). Without it only kinds whose re-creation destroys no data are
-    #: (:func:`~kfdef_operator.ssa.immutable.data_at_stake`). Never objects the owner did not create.
+    #: (:func:`~kfdef_operator.ssa.immutable.data_at_stake`). Never objects the owner did not create. Also: remove
+    #: from adopted objects the fields other managers set that the owner does not apply.
     force: bool = False
     #: Objects that are updated when present but never created when absent, with the reason (run-once objects
     #: that completed and were removed, such as Jobs with a TTL).
@@ -110,6 +126,8 @@ class Applier:
         self.owners = owners
         self.own_writes = own_writes
         self.migration = StoredVersionMigration(access, self.server_side_apply, own_writes)
+        #: Adopted objects holding fields of other managers: the resourceVersion judged last, and what was found.
+        self._judged: dict[ObjectRef, tuple[str, tuple[Foreign, ...]]] = {}
 
     async def apply_one(self, ownership: Ownership, obj: JSON, resource: Resource, live_meta: JSON | None,
                         options: ApplyOptions = ApplyOptions()) -> Change:
@@ -134,6 +152,9 @@ class Applier:
                                   adopted=claim in (Claim.UNCLAIMED, Claim.ADOPTED))
         if (live_meta is not None and claim in (Claim.OURS, Claim.ADOPTED) and not live_meta.get("deletionTimestamp")
                 and not options.dry_run and ownership.unchanged(live_meta, stamped)):
+            if claim is Claim.ADOPTED and self._may_hold_foreign(ref, live_meta, ownership.field_manager):
+                return await self._judge_foreign(ownership, ref, stamped, resource, None,
+                                                 Change(ref, Action.UNCHANGED), options)
             return Change(ref, Action.UNCHANGED)
         try:
             live, created, dropped = await self.server_side_apply(ref, stamped, resource, ownership.field_manager,
@@ -154,7 +175,100 @@ class Applier:
         action = Action.CREATED if created else (Action.ADOPTED if claim is Claim.UNCLAIMED else Action.CONFIGURED)
         note = f"fields not in the CRD's schema were dropped: {', '.join(dropped[:5])}" if dropped else ""
         note = "; ".join(n for n in (unclaimed_note, note) if n)
-        return Change(ref, action, note, live=live if options.dry_run else kept_answer(live))
+        change = Change(ref, action, note, live=live if options.dry_run else kept_answer(live))
+        if claim in (Claim.UNCLAIMED, Claim.ADOPTED):
+            return await self._judge_foreign(ownership, ref, stamped, resource, live, change, options)
+        return change
+
+    def _may_hold_foreign(self, ref: ObjectRef, live_meta: JSON, field_manager: str) -> bool:
+        """Whether an adopted object may hold fields of other managers, from its metadata when that has its
+        managed fields (a lookup), else from the watch cache's summary (which names them for adopted objects)."""
+        if "managedFields" in live_meta:
+            return bool(held_by_others({"metadata": live_meta}, field_manager))
+        tracked = self.access.live.get(ref) if self.access.live is not None else None
+        return tracked is None or bool(tracked.foreign)
+
+    async def _judge_foreign(self, ownership: Ownership, ref: ObjectRef, stamped: JSON, resource: Resource,
+                             live: JSON | None, change: Change, options: ApplyOptions) -> Change:
+        """``change`` of an adopted object, with the fields other managers set that it keeps and the stack does not
+        apply (:mod:`~kfdef_operator.ssa.foreign`); with :attr:`ApplyOptions.force`, those fields removed.
+
+        ``live`` is the object as the apply left it (None: read now, unless the watch cache shows the version
+        judged last). Fields that are only the server's defaults (judged by a dry run removing them all) are not
+        named, nor removed. When the dry run fails, every field other managers hold is named."""
+        if options.dry_run:
+            return change
+        tracked = self.access.live.get(ref) if live is None and self.access.live is not None else None
+        judged = self._judged.get(ref)
+        if tracked is not None and judged is not None and judged[0] == tracked.resource_version and not (
+                options.force and judged[1]):
+            return replace(change, foreign=judged[1])  # the very version judged last: no request
+        kube = self.access.kube
+        path = resource.path_of(ref)
+        try:
+            obj = live if live is not None else await kube.get(path)
+        except KubeApiError as error:
+            log.info("%s: not read, so the fields other managers set on it are not judged: %s", ref,
+                     self.access.describe(error))
+            return change
+        held = held_by_others(obj or {}, ownership.field_manager)
+        if obj is None or not held:
+            self._judged.pop(ref, None)
+            return change
+        try:
+            without = await kube.request("PATCH", path, body=removal_patch(obj, held), content_type=JSON_PATCH,
+                                         params=dry_run_params(True))
+            lost = changed_by_removal(obj, without, held)
+        except KubeApiError as error:
+            log.info("%s: cannot tell which fields of other managers hold the server's defaults (dry run: %s); "
+                     "naming them all", ref, self.access.describe(error))
+            lost = held
+        self._judged[ref] = (str((obj.get("metadata") or {}).get("resourceVersion")), described(lost))
+        if not lost:
+            return change
+        if not options.force:
+            return replace(change, foreign=described(lost))
+        return await self._take_over(ownership, ref, stamped, resource, obj, lost, change)
+
+    async def _take_over(self, ownership: Ownership, ref: ObjectRef, stamped: JSON, resource: Resource, obj: JSON,
+                         lost: dict[str, list[FieldPath]], change: Change) -> Change:
+        """Replace the content of an adopted object with exactly ``stamped`` (the owner asked for it): the fields
+        of the managers in ``lost`` handed to the owner (:func:`~kfdef_operator.ssa.foreign.takeover_patch`), on
+        the condition that they are still the ones read, then ``stamped`` applied again, which removes each of
+        those fields it does not declare."""
+        kube = self.access.kube
+        path = resource.path_of(ref)
+        uid = (obj.get("metadata") or {}).get("uid")
+        try:
+            for _ in range(3):
+                patch = takeover_patch(obj, ownership.field_manager, lost, api_version=str(obj.get("apiVersion")),
+                                       time=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                try:
+                    await kube.request("PATCH", path, body=patch, content_type=JSON_PATCH)
+                    break
+                except KubeApiError as error:
+                    if error.status not in (409, 422):  # 422: a test failed (the object changed since it was read)
+                        raise
+                current = await kube.get(path)
+                if current is None or (current.get("metadata") or {}).get("uid") != uid:
+                    return change  # gone or replaced meanwhile: judged again at the next apply
+                obj = current
+            else:
+                return replace(change, action=Action.FAILED, message="its content was not replaced (force): it kept "
+                               "changing while the fields of other managers were taken over; retried at the next "
+                               "apply", foreign=described(lost))
+            live, _, _ = await self.server_side_apply(ref, stamped, resource, ownership.field_manager)
+        except KubeApiError as error:
+            return replace(change, action=Action.FAILED, foreign=described(lost),
+                           message=f"its content was not replaced (force): {self.access.describe(error)}")
+        removed = spelled(described(lost))
+        log.info("%s: replaced its content with the desired state (force), removing fields of other managers: %s",
+                 ref, removed)
+        left = held_by_others(live, ownership.field_manager)
+        note = f"fields other managers set were removed (force): {removed}"
+        return replace(change, action=Action.ADOPTED if change.action is Action.ADOPTED else Action.CONFIGURED,
+                       message="; ".join(n for n in (change.message, note) if n), live=kept_answer(live),
+                       foreign=described({manager: paths for manager, paths in left.items() if manager in lost}))
 
     def _failure(self, ref: ObjectRef, error: KubeApiError, context: str = "", live: JSON | None = None) -> Change:
         """The failure of a write the API server refused: reported once when refused for the object's content."""

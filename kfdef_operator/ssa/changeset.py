@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kfdef_operator.api.types import JSON
+from kfdef_operator.ssa.foreign import Foreign
 from kfdef_operator.ssa.inventory import ObjectRef
 
 #: Told (stage, objects done, objects in all) as an apply or a teardown goes.
@@ -80,6 +81,9 @@ class Change:
     action: Action
     message: str = ""
     live: JSON | None = None
+    #: Of an adopted object: the fields other managers set that the owner does not apply and that the object would
+    #: lose or change without them (:mod:`~kfdef_operator.ssa.foreign`), as (manager, path).
+    foreign: tuple[Foreign, ...] = ()
 
     @property
     def ok(self) -> bool:

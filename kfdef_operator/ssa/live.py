@@ -14,6 +14,7 @@ from typing import Protocol
 
 from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import health
+from kfdef_operator.ssa.foreign import Foreign, described, held_by_others
 from kfdef_operator.ssa.inventory import ObjectRef, ref_of, version_of
 
 
@@ -27,10 +28,15 @@ class LiveObject:
     resource_version: str
     meta: JSON  # {"labels": {...}, "annotations": {...}}: only the keys the summary was asked to keep
     health: health.Health
+    #: Fields other managers hold and the owner does not (:func:`~kfdef_operator.ssa.foreign.held_by_others`), as
+    #: (manager, path), when the summary was asked for them: their values are not judged.
+    foreign: frozenset[Foreign] = frozenset()
 
 
-def summarize(obj: JSON, *, labels: Iterable[str], annotations: Iterable[str]) -> LiveObject:
-    """The summary of ``obj`` keeping only the given label and annotation keys."""
+def summarize(obj: JSON, *, labels: Iterable[str], annotations: Iterable[str],
+              foreign_to: str | None = None) -> LiveObject:
+    """The summary of ``obj`` keeping only the given label and annotation keys; with ``foreign_to``, a field
+    manager, also the fields other managers hold and it does not."""
     meta = obj.get("metadata") or {}
     live_labels = meta.get("labels") or {}
     live_annotations = meta.get("annotations") or {}
@@ -40,6 +46,7 @@ def summarize(obj: JSON, *, labels: Iterable[str], annotations: Iterable[str]) -
         meta={"labels": {k: live_labels[k] for k in labels if k in live_labels},
               "annotations": {k: live_annotations[k] for k in annotations if k in live_annotations}},
         health=health.assess(obj),
+        foreign=frozenset(described(held_by_others(obj, foreign_to))) if foreign_to else frozenset(),
     )
 
 

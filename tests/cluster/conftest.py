@@ -79,6 +79,17 @@ def wait_ready(kube: Kube, name: str, namespace: str, timeout: float = 120) -> d
     return kube.wait_condition(KFDEF_API, "KfDef", name, "Ready", namespace=namespace, timeout=timeout)
 
 
+def restart_writes(operator: OperatorProcess, kube: Kube) -> dict[str, float]:
+    """Restart the operator, wait until it has reconciled every KfDef in the cluster once, and return the write
+    requests it sent meanwhile (by the request counter's labels): none, when nothing changed."""
+    operator.restart()
+    kfdefs = len(kube.resource(KFDEF_API, "KfDef").get().items)
+    wait_for(lambda: operator.metrics().get('kfdef_reconcile_duration_seconds_count{result="success"}', 0)
+             >= kfdefs, timeout=60, what="resume reconciles done")
+    return {key: value for key, value in operator.metrics().items() if key.startswith("kfdef_api_requests")
+            and any(f'"{verb}"' in key for verb in ("POST", "PUT", "PATCH", "DELETE"))}
+
+
 def wait_condition_reason(kube: Kube, name: str, namespace: str, type_: str, status: str, reason: str | None = None,
                           timeout: float = 120) -> dict:
     last: list[dict] = []

@@ -10,7 +10,7 @@ import yaml
 
 from kfdef_operator.runtime.inventory import read as read_inventory
 from kfdef_operator.runtime.ownership import DIGEST_ANNOTATION, INSTANCE_ANNOTATION, INSTANCE_LABEL
-from tests.cluster.conftest import KFDEF_API, wait_condition_reason, wait_ready
+from tests.cluster.conftest import KFDEF_API, restart_writes, wait_condition_reason, wait_ready
 from tests.kube import wait_for
 from tests.stacks import crd, write_package
 
@@ -181,18 +181,8 @@ def test_operator_restart_mid_apply_converges_and_an_unchanged_kfdef_writes_noth
     operator.start()
     wait_ready(kube, "restart", kfdef_namespace)
 
-    operator.restart()
-    wait_for(lambda: operator.metrics().get('kfdef_reconcile_duration_seconds_count{result="success"}', 0)
-             >= _kfdefs_in_cluster(kube), timeout=60, what="resume reconciles done")
-    samples = operator.metrics()
-    writes = {k: v for k, v in samples.items()
-              if k.startswith("kfdef_api_requests")
-              and any(f'"{verb}"' in k for verb in ("POST", "PUT", "PATCH", "DELETE"))}
+    writes = restart_writes(operator, kube)
     assert writes == {}, f"a restart over unchanged KfDefs must not write: {writes}"
-
-
-def _kfdefs_in_cluster(kube) -> int:
-    return len(kube.resource(KFDEF_API, "KfDef").get().items)
 
 
 def test_custom_resource_fields_outside_a_strict_schema_are_pruned_not_refused(operator, kube, kfdef_namespace,

@@ -164,7 +164,7 @@ def test_no_status_says_the_operator_may_not_run():
 def test_warnings_are_shown_last_as_needing_no_action():
     tree = render_tree(assess(Observed(kfdef(ready=True, warnings=["rendered twice (last wins): ConfigMap a/b"]),
                                        live_all())))
-    assert tree.endswith("└── warnings (1, no action needed)\n    └── rendered twice (last wins): ConfigMap a/b\n")
+    assert tree.endswith("└── warnings (1)\n    └── rendered twice (last wins): ConfigMap a/b\n")
 
 
 def test_json_lists_every_object_with_its_health():
