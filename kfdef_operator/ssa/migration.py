@@ -9,7 +9,9 @@
    then stores every write at that version;
 3. every object is listed at the storage version and rewritten by an update of the object exactly as read, which
    the API server encodes at its storage version (kube-storage-version-migrator's way; checked against etcd: an
-   empty merge patch does the same, a write that changes nothing at the same version writes nothing). An object
+   empty merge patch does the same, a write that changes nothing at the same version writes nothing), its
+   ``managedFields`` entries recorded at a dropped version moved to the storage version (else, once the version
+   goes, every write to the object fails: the API server cannot read those entries). An object
    written by someone else since it was listed (a conflict) is stored at the new version already; one deleted
    meanwhile needs nothing;
 4. once every object is rewritten, ``status.storedVersions`` is trimmed to the storage version, with the CRD's
@@ -41,7 +43,13 @@ from kfdef_operator.ssa.client import KubeApiError
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.live import OwnWrites
-from kfdef_operator.ssa.storedversions import MigrationPlan, NotMigratable, lost_fields, plan_migration
+from kfdef_operator.ssa.storedversions import (
+    MigrationPlan,
+    NotMigratable,
+    lost_fields,
+    managed_fields_at_storage,
+    plan_migration,
+)
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +207,9 @@ class StoredVersionMigration:
         resource = plan.resource(plan.storage)
         path = resource.object_path(meta.get("name", ""), meta.get("namespace"))
         body = {**obj, "apiVersion": resource.api_version, "kind": plan.kind}  # which a list's items may lack
+        managed = managed_fields_at_storage(meta.get("managedFields") or [], plan)
+        if managed is not None:  # else no write to it could succeed once the dropped versions go
+            body["metadata"] = {**meta, "managedFields": managed}
         try:
             await self.access.kube.request("PUT", path, body=body)
         except KubeApiError as error:

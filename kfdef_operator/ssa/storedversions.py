@@ -101,6 +101,23 @@ def plan_migration(rendered: JSON, live: JSON) -> MigrationPlan | None:
         converted_as_is=(spec.get("conversion") or {}).get("strategy", "None") == "None")
 
 
+def managed_fields_at_storage(managed_fields: list[JSON], plan: MigrationPlan) -> list[JSON] | None:
+    """``metadata.managedFields`` with every entry recorded at a version the plan drops moved to its storage
+    version; None when no entry names one.
+
+    The API server reads each entry's field set at the entry's own ``apiVersion``: once that version is no longer
+    served, every write to the object (a server-side apply, an update, a patch) fails with ``500: request to convert CR
+    to an invalid group/version``. kube-storage-version-migrator leaves such entries; a migration that trims the
+    version must not. The field sets stay as recorded: a field the storage version names otherwise is owned by nobody
+    from then on, which the next apply of its manager corrects.
+    """
+    dropped = {f"{plan.group}/{version}" for version in plan.dropped}
+    if not any(entry.get("apiVersion") in dropped for entry in managed_fields):
+        return None
+    return [{**entry, "apiVersion": f"{plan.group}/{plan.storage}"} if entry.get("apiVersion") in dropped else entry
+            for entry in managed_fields]
+
+
 def lost_fields(before: Any, after: Any, path: str = "") -> list[str]:
     """The fields ``before`` holds that ``after`` lacks, as paths (``.spec.size``, ``.spec.items[0].name``).
 

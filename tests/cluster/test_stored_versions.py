@@ -163,6 +163,33 @@ def test_objects_stored_at_a_dropped_version_are_migrated_then_the_crd_applied_a
     asyncio.run(scenario())
 
 
+def test_after_the_migration_every_manager_of_the_dropped_version_can_still_write(control_plane, namespace):
+    """kube-apiserver reads each managedFields entry at the version it was recorded at: an object the stack applied,
+    or a user created, at a dropped version could not be written again by anyone (``500: request to convert CR to
+    an invalid group/version``: Kubeflow v1.2.0's cert-manager objects, on the way to v1.11.0). The migration moves
+    those entries to the storage version."""
+    group = f"mig-{uuid.uuid4().hex[:6]}.example.io"
+    old = widget_crd(group, version("v1alpha1", PRESERVED))
+    new = widget_crd(group, version("v1", {**PRESERVED, "properties": {"size": {"type": "integer"}}}))
+    users = [widget(group, "v1alpha1", namespace, "a", {"size": 1})]
+
+    async def scenario() -> None:
+        async with cluster_with(control_plane, old, namespace, users) as cluster:
+            [stacks] = await cluster.apply([widget(group, "v1alpha1", namespace, "stack-own", {"size": 9})])
+            assert stacks.action is Action.CREATED, stacks
+            changes = by_kind(await cluster.apply([new, widget(group, "v1", namespace, "stack-own", {"size": 10})]))
+            assert changes["CustomResourceDefinition"].message.startswith("stored versions migrated: 2 Widget"), \
+                changes["CustomResourceDefinition"]
+            assert changes["Widget"].action is Action.CONFIGURED, changes["Widget"]
+            await cluster.client.request("PATCH", cluster.path("v1", namespace, "a"), body={"spec": {"size": 2}},
+                                         content_type="application/merge-patch+json")
+            for name in ("a", "stack-own"):
+                live = await cluster.client.get(cluster.path("v1", namespace, name))
+                assert {entry["apiVersion"] for entry in live["metadata"]["managedFields"]} == {f"{group}/v1"}
+
+    asyncio.run(scenario())
+
+
 def test_an_object_the_new_version_refuses_stops_that_crd_alone_and_is_kept(control_plane, namespace):
     """v1 requires ``size`` under a node that keeps unknown fields (as the operator's v1beta1 -> v1 CRD conversion
     writes Kubeflow's): kube-apiserver refuses the rewrite of the object without it (most other invalid values it

@@ -8,7 +8,13 @@ import copy
 import pytest
 
 from kfdef_operator.ssa.client import KubeApiError
-from kfdef_operator.ssa.storedversions import NotMigratable, is_stored_version_refusal, lost_fields, plan_migration
+from kfdef_operator.ssa.storedversions import (
+    NotMigratable,
+    is_stored_version_refusal,
+    lost_fields,
+    managed_fields_at_storage,
+    plan_migration,
+)
 
 #: kube-apiserver v1.36's answer to a CRD dropping a stored version (its one cause).
 STORED_VERSION_CAUSE = {
@@ -137,3 +143,18 @@ def test_lost_fields_are_those_the_new_reading_lacks():
 def test_nothing_is_lost_between_equal_readings():
     obj = {"apiVersion": "example.io/v1alpha1", "kind": "Widget", "metadata": {"name": "a"}, "spec": {"size": 1}}
     assert lost_fields(obj, {**obj, "apiVersion": "example.io/v1"}) == []
+
+
+def test_managed_fields_of_a_dropped_version_move_to_the_storage_version():
+    plan = plan_migration(crd(entry("v1", storage=True)), live(entry("v1alpha2", storage=True),
+                                                               stored=["v1alpha2", "v1"]))
+    assert plan is not None
+    fields = {"f:spec": {"f:size": {}}}
+    managed = [{"manager": "kfdef-operator", "operation": "Apply", "apiVersion": "example.io/v1alpha2",
+                "fieldsType": "FieldsV1", "fieldsV1": fields},
+               {"manager": "kubectl", "operation": "Update", "apiVersion": "example.io/v1", "fieldsV1": fields},
+               {"manager": "other", "operation": "Update", "apiVersion": "elsewhere.io/v1alpha2"}]
+    moved = managed_fields_at_storage(managed, plan)
+    assert [entry["apiVersion"] for entry in moved] == ["example.io/v1", "example.io/v1", "elsewhere.io/v1alpha2"]
+    assert moved[0] == {**managed[0], "apiVersion": "example.io/v1"}  # the field set kept as recorded
+    assert managed_fields_at_storage(managed[1:], plan) is None
