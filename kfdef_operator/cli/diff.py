@@ -26,11 +26,12 @@ from kfdef_operator.controller import preflight
 from kfdef_operator.controller.desired import desire, kept_absent
 from kfdef_operator.runtime.inventory import decode as decode_inventory
 from kfdef_operator.runtime.ownership import Owner
-from kfdef_operator.ssa.apply import ApplyOptions
+from kfdef_operator.ssa.apply import RECREATE_PREVIEW, ApplyOptions
 from kfdef_operator.ssa.changeset import Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error, service_account_user
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.manager import ResourceManager
+from kfdef_operator.ssa.migration import MIGRATE_PREVIEW
 from kfdef_operator.ssa.preview import Difference, preview
 from kfdef_operator.upgrade.convert import UnservedApiVersions
 
@@ -42,12 +43,27 @@ SHOWN = {
     Action.ADOPTED: ("~", "adopted (exists without an owner: taken over, released rather than deleted later)"),
     Action.DELETED: ("-", "pruned (deleted: no longer rendered)"),
     Action.RELEASED: ("-", "released (no longer rendered; kept, the stack's stamps removed)"),
+    Action.HELD: ("!", "held (no longer rendered, but holds objects the stack did not create: released and kept)"),
     Action.CONFLICT: ("!", "conflict"),
     Action.FAILED: ("!", "would fail"),
     Action.SKIPPED: ("=", "skipped"),
     Action.UNCHANGED: ("=", "unchanged"),
     Action.GONE: ("=", "already gone"),
 }
+
+
+#: Applies the dry runs tell apart by what they would do besides applying.
+RECREATED = ("±", "re-created (an immutable field changed: deleted, then created again)")
+MIGRATED = ("~", "migrated (stored versions: objects rewritten at the new storage version first)")
+
+
+def shown(difference: Difference) -> tuple[str, str]:
+    """The sign and the words a difference is shown with."""
+    if difference.action is Action.CREATED and difference.message.startswith(RECREATE_PREVIEW):
+        return RECREATED
+    if difference.message.startswith(MIGRATE_PREVIEW):
+        return MIGRATED
+    return SHOWN[difference.action]
 
 
 def register_diff(subparsers: argparse._SubParsersAction) -> None:
@@ -142,7 +158,7 @@ def report(out: TextIO, err: TextIO, differences: list[Difference], notes: list[
     for difference in differences:
         if not difference.changes_something and not show_unchanged:
             continue
-        sign, words = SHOWN[difference.action]
+        sign, words = shown(difference)
         if difference.drifted:
             words += " (drifted from what the operator applied: it re-asserts these fields)"
         message = f": {difference.message}" if difference.message else ""
@@ -153,7 +169,7 @@ def report(out: TextIO, err: TextIO, differences: list[Difference], notes: list[
             out.write(f"    {change}\n")
     counts: dict[str, int] = {}
     for difference in differences:
-        label = SHOWN[difference.action][1].split(" (")[0]
+        label = shown(difference)[1].split(" (")[0]
         counts[label] = counts.get(label, 0) + 1
     changed = [d for d in differences if d.changes_something]
     err.write(f"diff: {', '.join(f'{n} {label}' for label, n in counts.items()) or 'nothing rendered'}; "

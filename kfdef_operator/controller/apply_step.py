@@ -100,7 +100,7 @@ class ApplyStep:
             raise Fail("StatusNotWritten", "the inventory could not be recorded before applying; retrying",
                        retry=True)
         changes = await self._apply(stack, kfdef, desired, manager, first_time, settled)
-        pruned = await self._prune(stack, manager)
+        pruned = await self._prune(stack, manager, kfdef.force)
         stack.record_apply(changes)
         if not announce:  # a resync: also catch drift that no watch event showed
             await self._tracker.resync(stack.owner.label, self._registry.targets([stack]),
@@ -203,18 +203,22 @@ class ApplyStep:
                 stack.inventory.pop(change.ref, None)
         return changes
 
-    async def _prune(self, stack: Stack, manager: ResourceManager) -> list[Event]:
-        """Delete what the previous inventory holds and the desired state no longer does; the Event to post."""
+    async def _prune(self, stack: Stack, manager: ResourceManager, force: bool) -> list[Event]:
+        """Delete what the previous inventory holds and the desired state no longer does (``force``: Namespaces and
+        CRDs holding objects the stack did not create too); the Events to post."""
         stale = {ref: entry.version for ref, entry in stack.inventory.items() if ref not in stack.desired}
         if not stale:
             return []
-        pruned = await manager.prune(stack.owner, stale)
+        pruned = await manager.prune(stack.owner, stale, force=force)
         for change in pruned:
             if change.action is Action.FAILED:  # stays in the inventory: retried by the next run or the teardown
                 log.warning("%s: could not prune %s: %s", stack.owner, change.ref, change.message)
             else:
                 stack.inventory.pop(change.ref, None)
+        stack.record_prune(pruned)
         if not pruned.written:
             return []
         await self._tracker.retain(self._registry.targets(self._registry.stacks.values()))
-        return [Event("Normal", "Pruned", f"pruned objects no longer rendered: {pruned.summary()}")]
+        held = [f"{change.ref}: {change.message}" for change in pruned if change.action is Action.HELD]
+        return [Event("Normal", "Pruned", f"pruned objects no longer rendered: {pruned.summary()}"),
+                *([Event("Warning", "PruneHeld", "; ".join(held))] if held else [])]

@@ -17,6 +17,7 @@ from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.status import StatusWriter
 from kfdef_operator.runtime.tracker import Tracker, WatchTarget
 from kfdef_operator.ssa.client import KubeClient
+from kfdef_operator.ssa.holdings import is_held_note
 
 Key = tuple[str, str]
 
@@ -43,8 +44,12 @@ class StackRegistry:
         stack = self.stacks.get(owner.key)
         if stack is None or stack.owner.uid != owner.uid:
             status = dict(body.get("status") or {})
-            stack = Stack(owner=owner, generation=meta.get("generation", 0), status=status,
-                          inventory=inventory.decode(status))
+            generation = meta.get("generation", 0)
+            # What a prune of this generation held is no longer in the inventory: only its note tells of it.
+            held = [note for note in status.get("warnings") or [] if is_held_note(note)] \
+                if status.get("observedGeneration") == generation else []
+            stack = Stack(owner=owner, generation=generation, status=status, inventory=inventory.decode(status),
+                          held=held)
             self.stacks[owner.key] = stack
             self.writers[owner.key] = StatusWriter(self._kube, stack, self._tracker, self._events,
                                                    health_timeout=self._health_timeout,

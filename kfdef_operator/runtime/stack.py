@@ -109,6 +109,9 @@ class Stack:
     webhooks: dict[str, Webhook] = field(default_factory=dict)
     #: Fields the pipeline reports besides conditions (sources, upgrades, reposCache).
     reported: JSON = field(default_factory=dict)
+    #: What the prune of this generation kept for holding objects the stack did not create (Namespaces, CRDs), one
+    #: note each, named in ``status.warnings``: they are no longer the stack's, so nothing else would tell of them.
+    held: list[str] = field(default_factory=list)
 
     # -- results ----------------------------------------------------------------------------------
     #: The reconcile step shown while a new generation is worked on: (reason, message).
@@ -166,6 +169,7 @@ class Stack:
         """A reconcile of ``generation`` starts; ``announce`` shows its steps in status (new generations only)."""
         if generation != self.generation:
             self.failure = None
+            self.held = []
         self.generation = generation
         self.step = ("Progressing", f"reconciling generation {generation}") if announce else None
 
@@ -184,6 +188,12 @@ class Stack:
         message = change.message if change.ok else explain(change.message, self.webhooks)
         return change if message == change.message and change.live is None else replace(change, message=message,
                                                                                           live=None)
+
+    def record_prune(self, changes: ChangeSet) -> None:
+        """What a prune of the current generation kept: the notes of the objects it held are kept with those of
+        earlier prunes of the generation (each released, so pruned once)."""
+        held = [f"{change.ref}: {change.message}" for change in changes if change.action is Action.HELD]
+        self.held = [*self.held, *(note for note in held if note not in self.held)]
 
     def record_apply(self, changes: ChangeSet) -> None:
         """The apply of the current generation finished with these per-object results."""

@@ -162,9 +162,9 @@ def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float
     if stack.applied:
         summary, rows = summary_of(stack, live)
         status.update(summary=summary, applications=rows, failures=failures_of(stack), **stack.reported)
-        adopted = adoption_warnings(stack, live)
-        if adopted:  # first: they may call for action, the render's notes never do
-            status["warnings"] = [*adopted, *(stack.reported.get("warnings") or [])][: cond.MAX_FAILURES_LISTED]
+        notes = [*stack.held, *adoption_warnings(stack, live)]
+        if notes:  # first: they may call for action, the render's notes never do
+            status["warnings"] = [*notes, *(stack.reported.get("warnings") or [])][: cond.MAX_FAILURES_LISTED]
     return status
 
 

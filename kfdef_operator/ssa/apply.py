@@ -69,6 +69,9 @@ from kfdef_operator.ssa.waits import Waits
 
 log = logging.getLogger(__name__)
 
+#: What a dry run says of an object an apply would delete and create again (an immutable field changed).
+RECREATE_PREVIEW = "would be deleted and re-created: an immutable field changed"
+
 FORGED_STAMP_NOTE = "carried the ownership stamp of a KfDef that does not exist"
 """Starts the note of an object adopted although another KfDef's stamp was on it (that KfDef does not exist)."""
 
@@ -402,7 +405,7 @@ class Applier:
             return refusal(ref, f"{refused}; {at_stake}: re-created only when the owner sets spec.force: true (or "
                                 "delete it by hand)")
         if options.dry_run:
-            return Change(ref, Action.CREATED, "would be deleted and re-created: an immutable field changed")
+            return Change(ref, Action.CREATED, RECREATE_PREVIEW)
         log.info("re-creating %s: an immutable field changed", ref)
         try:
             await self.access.kube.request("DELETE", path, body=delete_body((live_meta or {}).get("uid")))

@@ -32,6 +32,7 @@ class Action(enum.Enum):
     FAILED = "failed"
     DELETED = "deleted"
     RELEASED = "released"        # adopted or opted out: our stamps removed, the object kept
+    HELD = "held"                # no longer desired, but holds others' objects: our stamps removed, kept (pruning)
     GONE = "gone"                # asked to delete what was already absent
 
     @property
@@ -50,7 +51,7 @@ class Action(enum.Enum):
 
 
 _APPLIED = frozenset({Action.CREATED, Action.CONFIGURED, Action.UNCHANGED, Action.ADOPTED, Action.SKIPPED})
-_WRITES = frozenset({Action.CREATED, Action.CONFIGURED, Action.ADOPTED, Action.DELETED, Action.RELEASED})
+_WRITES = frozenset({Action.CREATED, Action.CONFIGURED, Action.ADOPTED, Action.DELETED, Action.RELEASED, Action.HELD})
 
 
 def kept_answer(answer: JSON) -> JSON:

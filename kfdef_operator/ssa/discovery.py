@@ -88,6 +88,7 @@ class Discovery:
         self._kube = kube
         self._resources: dict[tuple[str, str], Resource] = {}
         self._preferred: dict[tuple[str, str], str] = {}  # (group, kind) -> preferred version
+        self._namespaced_listable: list[Resource] = []  # at their preferred versions
         self._refreshed_at = 0.0
         self._checked_at = 0.0  # the last refresh_unless_served
         self._lock = asyncio.Lock()
@@ -95,6 +96,8 @@ class Discovery:
     async def refresh(self) -> None:
         resources: dict[tuple[str, str], Resource] = {}
         preferred: dict[tuple[str, str], str] = {}
+        listable: list[Resource] = []
+        seen: set[tuple[str, str]] = set()
         for path in ("/api", "/apis"):
             document = await self._kube.request("GET", path, accept=_AGGREGATED)
             for group_doc in document.get("items") or []:
@@ -106,12 +109,21 @@ class Discovery:
                         if not kind:
                             continue
                         api_version = f"{group}/{version}" if group else version
-                        resources[(api_version, kind)] = Resource(
-                            group, version, kind, res["resource"], res.get("scope") == "Namespaced")
+                        resource = Resource(group, version, kind, res["resource"], res.get("scope") == "Namespaced")
+                        resources[(api_version, kind)] = resource
                         if index == 0:  # versions are listed in preference order
                             preferred.setdefault((group, kind), version)
-        self._resources, self._preferred = resources, preferred
+                        if resource.namespaced and "list" in (res.get("verbs") or []) and (group, kind) not in seen:
+                            seen.add((group, kind))  # its first version listed: the preferred one having it
+                            listable.append(resource)
+        self._resources, self._preferred, self._namespaced_listable = resources, preferred, listable
         self._refreshed_at = time.monotonic()
+
+    async def namespaced_listable(self) -> list[Resource]:
+        """Every namespaced kind that can be listed, at its preferred version, as the API server serves them now (a
+        fresh discovery: what a namespace may hold)."""
+        await self.refresh()
+        return list(self._namespaced_listable)
 
     def cached(self, api_version: str, kind: str) -> Resource | None:
         return self._resources.get((api_version, kind))

@@ -99,9 +99,11 @@ class ResourceManager:
         """Wait for one CRD's Established condition, then register its kinds (:meth:`Waits.established`)."""
         await self._waits.established(change)
 
-    async def prune(self, ownership: Ownership, stale: Mapping[ObjectRef, str], *, dry_run: bool = False) -> ChangeSet:
-        """Remove objects no longer desired, in teardown order, without waiting (:meth:`Removal.prune`)."""
-        return await self._removal.prune(ownership, stale, dry_run=dry_run)
+    async def prune(self, ownership: Ownership, stale: Mapping[ObjectRef, str], *, dry_run: bool = False,
+                    force: bool = False) -> ChangeSet:
+        """Remove objects no longer desired, in teardown order, without waiting; a Namespace or CRD holding others'
+        objects is released and kept unless ``force`` (:meth:`Removal.prune`)."""
+        return await self._removal.prune(ownership, stale, dry_run=dry_run, force=force)
 
     async def teardown(self, ownership: Ownership, inventory: Mapping[ObjectRef, str], *, wave_timeout: float = 60.0,
                        progress: Progress | None = None) -> TeardownResult:

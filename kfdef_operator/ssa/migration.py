@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 #: Applies an object for a field manager: (live object, created, fields dropped) (:meth:`Applier.server_side_apply`).
 Apply = Callable[[ObjectRef, JSON, Resource, str], Awaitable[tuple[JSON, bool, list[str]]]]
 
+#: How a dry run's note of a CRD whose stored versions an apply would migrate begins.
+MIGRATE_PREVIEW = "would migrate the "
 _PAGE = 500
 _ATTEMPTS = 3  # to trim storedVersions while the CRD's status changes under it
 
@@ -150,7 +152,7 @@ class StoredVersionMigration:
         counted = "objects"
         if served:
             counted = _objects(len(await self._list(plan.resource(str(served[0])).collection_path())), plan.kind)
-        return MigrationOutcome(Result.PREVIEWED, f"would migrate the {counted} stored at {', '.join(plan.dropped)} "
+        return MigrationOutcome(Result.PREVIEWED, f"{MIGRATE_PREVIEW}{counted} stored at {', '.join(plan.dropped)} "
                                                   f"to {plan.storage}, trim storedVersions to {plan.storage}, then "
                                                   "apply the CRD as rendered")
 

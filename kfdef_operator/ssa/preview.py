@@ -112,7 +112,7 @@ async def preview(manager: ResourceManager, ownership: Ownership, objects: list[
             differences.append(_update(change, before[change.ref], ownership))
         else:
             differences.append(Difference(change.ref, change.action, change.message))
-    pruned = await manager.prune(ownership, stale, dry_run=True)
+    pruned = await manager.prune(ownership, stale, dry_run=True, force=options.force)
     differences.extend(Difference(change.ref, change.action, change.message) for change in pruned)
     return differences
 

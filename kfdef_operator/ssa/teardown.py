@@ -29,6 +29,7 @@ from kfdef_operator.ssa.changeset import Action, Change, ChangeSet, Progress
 from kfdef_operator.ssa.claims import Claim, Ownership
 from kfdef_operator.ssa.client import KubeApiError
 from kfdef_operator.ssa.discovery import UnknownKind
+from kfdef_operator.ssa.holdings import DataGuard, held_note
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.waits import Waits
 
@@ -68,6 +69,11 @@ def _is_crd(ref: ObjectRef) -> bool:
     return ref.kind == "CustomResourceDefinition"
 
 
+def _holds_objects(ref: ObjectRef) -> bool:
+    """A Namespace or a CRD: deleting it deletes the objects it holds."""
+    return _is_crd(ref) or (ref.group, ref.kind) == ("", "Namespace")
+
+
 def _is_cluster_role(ref: ObjectRef) -> bool:
     return ref.group == aggregation.RBAC_GROUP and ref.kind == "ClusterRole"
 
@@ -94,19 +100,52 @@ class Removal:
     def __init__(self, access: ApiAccess, waits: Waits) -> None:
         self.access = access
         self.waits = waits
+        self.guard = DataGuard(access)
 
-    async def prune(self, ownership: Ownership, stale: Mapping[ObjectRef, str], *, dry_run: bool = False) -> ChangeSet:
+    async def prune(self, ownership: Ownership, stale: Mapping[ObjectRef, str], *, dry_run: bool = False,
+                    force: bool = False) -> ChangeSet:
         """Remove objects no longer desired (``{ref: version}``), in teardown order, without waiting.
 
+        A Namespace or CRD of the owner's that still holds objects the owner did not create is released and kept
+        (:attr:`Action.HELD`), not deleted with them (:mod:`~kfdef_operator.ssa.holdings`), unless ``force``.
         ``dry_run``: the deletes and releases are server-side dry runs.
         """
         changes = ChangeSet()
+        stale = dict(stale)
+        if not force:
+            for ref in [ref for ref in stale if _holds_objects(ref)]:
+                held = await self._hold(ownership, ref, stale[ref], dry_run)
+                if held is not None:
+                    del stale[ref]
+                    changes.extend([held])
         for wave in _waves(stale):
             sent = await self._remove_wave(ownership, wave, dry_run)
             await self._remove_echoes(ownership, sent)
             changes.extend(answer if isinstance(answer, Change) else self._failed(ref, answer)
                            for (ref, _), answer in zip(wave, sent.answers, strict=True))
         return changes
+
+    async def _hold(self, ownership: Ownership, ref: ObjectRef, version: str, dry_run: bool) -> Change | None:
+        """Release ``ref`` (a Namespace or CRD of the owner's) when it holds someone else's objects: the change,
+        else None (it goes with the prune, or is not the owner's to delete). A failed listing keeps it too, as a
+        failure: the next prune asks again."""
+        try:
+            resource = await self.access.discovery.resource_for_ref(ref, version)
+            path = resource.path_of(ref)
+            live = await self.access.kube.get(path, accept=ONE_METADATA_ONLY)
+            meta = (live or {}).get("metadata") or {}
+            if live is None or ownership.claim(meta) is not Claim.OURS or ownership.opted_out(meta) or \
+                    meta.get("deletionTimestamp"):
+                return None
+            held = await self.guard.holdings(ownership, ref)
+            if held is None:
+                return None
+            await self.access.kube.request("PATCH", path, body=ownership.release_patch(),
+                                           params=dry_run_params(dry_run), content_type=MERGE_PATCH)
+        except (KubeApiError, UnknownKind) as error:
+            return self._failed(ref, error)
+        log.warning("%s: %s %s", ownership, ref, held_note(held))
+        return Change(ref, Action.HELD, held_note(held))
 
     async def teardown(self, ownership: Ownership, inventory: Mapping[ObjectRef, str], *, wave_timeout: float = 60.0,
                        progress: Progress | None = None) -> TeardownResult:

@@ -46,3 +46,24 @@ def test_report_exit_code_and_what_is_shown():
     assert report(out, err, changed, []) == 1
     assert out.getvalue() == ("~ Deployment.apps kubeflow/web configured\n    spec.replicas: 1 -> 2\n"
                               "! ConfigMap kubeflow/x conflict: held by KfDef a/b\n")
+
+
+def test_re_creations_migrations_and_what_the_data_guard_holds_are_told_apart():
+    crd = ObjectRef("apiextensions.k8s.io", "CustomResourceDefinition", "", "experiments.kubeflow.org")
+    namespace = ObjectRef("", "Namespace", "", "team")
+    differences = [
+        Difference(ObjectRef("apps", "StatefulSet", "kubeflow", "db"), Action.CREATED,
+                   "would be deleted and re-created: an immutable field changed"),
+        Difference(crd, Action.CONFIGURED, "would migrate the 3 Experiment objects stored at v1alpha3 to v1beta1, "
+                                           "trim storedVersions to v1beta1, then apply the CRD as rendered"),
+        Difference(namespace, Action.HELD, "no longer rendered, but holds 1 object the stack did not create "
+                                           "(ConfigMap team/notes): released from the stack and kept"),
+    ]
+    out, err = io.StringIO(), io.StringIO()
+    assert report(out, err, differences, []) == 1
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("± StatefulSet.apps kubeflow/db re-created (an immutable field changed")
+    assert lines[1].startswith("~ CustomResourceDefinition.apiextensions.k8s.io experiments.kubeflow.org migrated (")
+    assert lines[2].startswith("! Namespace team held (no longer rendered, but holds objects the stack did not "
+                               "create: released and kept): no longer rendered, but holds 1 object")
+    assert err.getvalue() == "diff: 1 re-created, 1 migrated, 1 held; differences found\n"
