@@ -179,6 +179,16 @@ class Discovery:
                 raise
             return await self.resource(f"{ref.group}/{preferred}" if ref.group else preferred, ref.kind)
 
+    def unknown_versions(self, crd: JSON) -> list[Resource]:
+        """The kinds of the CRD's served versions that this cache does not know yet."""
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        kind = names.get("kind", "")
+        return [Resource(spec.get("group", ""), version["name"], kind, names.get("plural", ""),
+                         spec.get("scope") == "Namespaced")
+                for version in spec.get("versions") or []
+                if version.get("served") and (f"{spec.get('group')}/{version['name']}", kind) not in self._resources]
+
     def register_crd(self, crd: JSON) -> None:
         """Record the kinds an Established CRD serves (saves a discovery refresh)."""
         spec = crd.get("spec") or {}

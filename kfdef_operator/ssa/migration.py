@@ -50,6 +50,7 @@ from kfdef_operator.ssa.storedversions import (
     managed_fields_at_storage,
     plan_migration,
 )
+from kfdef_operator.ssa.waits import until_served
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,11 @@ class StoredVersionMigration:
             listing = await self.access.kube.get(f"/apis/{plan.group}/{plan.storage}")
             hashes = {r.get("name"): r.get("storageVersionHash") for r in (listing or {}).get("resources") or []}
             if hashes.get(plan.plural) == plan.storage_version_hash:
+                # In discovery, the storage version may not be served yet: the rewrite lists it.
+                try:
+                    await until_served(self.access, plan.resource(plan.storage), deadline)
+                except TimeoutError as error:
+                    raise _Interrupted(str(error)) from None
                 return
             if time.monotonic() > deadline:
                 raise _Interrupted(f"the API server did not start storing {plan.kind} at {plan.storage} within "

@@ -11,11 +11,13 @@ import asyncio
 import logging
 import time
 
+from kfdef_operator.api.types import JSON
 from kfdef_operator.backoff import exponential
-from kfdef_operator.ssa.access import CRD_PATH, MERGE_PATCH, ONE_METADATA_ONLY, ApiAccess
-from kfdef_operator.ssa.changeset import Change
+from kfdef_operator.ssa.access import CRD_PATH, MERGE_PATCH, METADATA_ONLY, ONE_METADATA_ONLY, ApiAccess
+from kfdef_operator.ssa.changeset import Action, Change
 from kfdef_operator.ssa.claims import Ownership
 from kfdef_operator.ssa.client import KubeApiError
+from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.health import CRD_CLEANUP_FAILED, Health, State, assess
 from kfdef_operator.ssa.inventory import ObjectRef
 
@@ -25,6 +27,27 @@ log = logging.getLogger(__name__)
 #: often the CRD is read whole when its kind is not watched.
 _CLEANUP_PATIENCE_S = 2.0
 _CLEANUP_RETRY_EVERY_S = 10.0
+
+
+async def until_served(access: ApiAccess, resource: Resource, deadline: float) -> None:
+    """Wait until the API server answers for ``resource``'s collection (by ``deadline``, monotonic).
+
+    A version added to a CRD that is Established already is in discovery at once, while kube-apiserver's handler for
+    it answers ``404 page not found`` for a moment (its informer has not seen the update yet): objects applied, or
+    listed, at that version then fail. Any other answer, a refusal included (403: nothing to tell from), ends the
+    wait."""
+    attempt = 0
+    while True:
+        try:
+            await access.kube.request("GET", resource.collection_path(), params={"limit": "1"}, accept=METADATA_ONLY)
+            return
+        except KubeApiError as error:
+            if error.status != 404:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{resource.api_version} {resource.kind} not served yet") from None
+        await asyncio.sleep(exponential(attempt, base=0.02, cap=0.2))
+        attempt += 1
 
 
 class Waits:
@@ -52,7 +75,7 @@ class Waits:
                     raise RuntimeError(tracked.health.message)
                 if tracked is not None and tracked.health.ready:
                     if change.live is not None:  # an unchanged CRD's kinds are in discovery already
-                        self.access.discovery.register_crd(change.live)
+                        await self._register(change, change.live, deadline)
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -64,7 +87,7 @@ class Waits:
         while True:
             conditions = {c.get("type"): c for c in ((crd or {}).get("status") or {}).get("conditions") or []}
             if crd is not None and conditions.get("Established", {}).get("status") == "True":
-                self.access.discovery.register_crd(crd)
+                await self._register(change, crd, deadline)
                 return
             names = conditions.get("NamesAccepted")
             if names and names.get("status") == "False":
@@ -74,6 +97,14 @@ class Waits:
             await asyncio.sleep(exponential(attempt, base=0.02, cap=0.2))
             attempt += 1
             crd = await self.access.kube.get(f"{CRD_PATH}/{change.ref.name}")
+
+    async def _register(self, change: Change, crd: JSON, deadline: float) -> None:
+        """Register an Established CRD's kinds with discovery; of a CRD updated (not created) by the apply, once the
+        versions discovery did not know are served (:func:`until_served`). A new CRD's are once it is Established."""
+        if change.action is not Action.CREATED:
+            for resource in self.access.discovery.unknown_versions(crd):
+                await until_served(self.access, resource, deadline)
+        self.access.discovery.register_crd(crd)
 
     async def gone(self, ownership: Ownership, ref: ObjectRef, version: str, timeout: float) -> bool | str:
         """True once the object is gone; else why it is still there (finalizers) after ``timeout``.
