@@ -61,6 +61,7 @@ class Tracker:
         self._listener = listener
         self._objects: dict[ObjectRef, LiveObject] = {}
         self._watches: dict[_Key, asyncio.Task[None]] = {}
+        self._versions: dict[_Key, str] = {}  # the version each watch reads its kind at
         self._synced: dict[_Key, asyncio.Event] = {}
         self._listed_at: dict[_Key, float] = {}  # when each watch's latest full listing began (monotonic)
         self._refused: dict[_Key, KubeApiError] = {}  # first listing refused (403): no use waiting
@@ -99,14 +100,21 @@ class Tracker:
         Raises the API server's refusal (403) of a kind's first listing at once, and TimeoutError when a
         listing does not complete within ``timeout``.
         """
-        keys = []
+        wanted: dict[_Key, list[WatchTarget]] = {}
         for resource, namespace in targets:
-            key = _key(resource, namespace)
+            wanted.setdefault(_key(resource, namespace), []).append((resource, namespace))
+        for key, asked in wanted.items():
+            # A kind the stacks now read at another version (a release moved its CRD on, and the old version may
+            # be gone: its watch would fail for ever) is watched again at that one; its objects stay known meanwhile.
+            if key in self._watches and all(resource.version != self._versions[key] for resource, _ in asked):
+                await self._stop(key)
             if key not in self._watches:
+                resource, namespace = asked[0]
                 self._synced[key] = asyncio.Event()
+                self._versions[key] = resource.version
                 self._watches[key] = asyncio.create_task(
                     self._run(resource, namespace), name=f"watch {resource.plural} {namespace or '(all namespaces)'}")
-            keys.append(key)
+        keys = list(wanted)
         if keys:
             async with asyncio.timeout(timeout):
                 await asyncio.gather(*(self._wait_synced(key) for key in keys))
@@ -122,14 +130,17 @@ class Tracker:
         """Stop the watches not among ``targets`` and forget their objects."""
         keep = {_key(resource, namespace) for resource, namespace in targets}
         for key in [k for k in self._watches if k not in keep]:
-            task = self._watches.pop(key)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            self._synced.pop(key, None)
-            self._listed_at.pop(key, None)
-            self._refused.pop(key, None)
+            await self._stop(key)
             for ref in [r for r in self._objects if _covers(key, r)]:
                 del self._objects[ref]
+
+    async def _stop(self, key: _Key) -> None:
+        """Stop one watch (its objects stay known)."""
+        task = self._watches.pop(key)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for state in (self._versions, self._synced, self._listed_at, self._refused):
+            state.pop(key, None)
 
     async def close(self) -> None:
         for task in self._watches.values():

@@ -26,7 +26,7 @@ from kfdef_operator.ssa.changeset import REFUSED_NOTE, Action, ChangeSet
 from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.manager import ResourceManager
-from tests.cluster.conftest import kfdef_status, wait_ready
+from tests.cluster.conftest import KFDEF_API, kfdef_status, wait_ready
 from tests.kube import wait_for
 from tests.stacks import Stack, write_package
 
@@ -292,3 +292,34 @@ def test_the_kfdef_reports_the_crd_its_objects_stop(operator, kube, kfdef_namesp
     assert kube.get("v1", "ConfigMap", "settings", ns)["data"] == {"release": "new"}
     assert kube.get(f"{group}/v1alpha1", "Widget", "unsized", ns)["spec"] == {"colour": "red"}
     assert kube.get(f"{group}/v1", "Widget", "sized", ns)["spec"] == {"size": 1}
+
+
+def test_the_stacks_objects_of_a_crd_moved_to_another_version_are_seen_at_it(operator, kube, kfdef_namespace,
+                                                                            tmp_path):
+    """A release moves its CRD from v1alpha1 to v1 and ships objects at v1, one of them new: the operator's watch of
+    the kind, started at v1alpha1, reads it at v1 from then on (v1alpha1 is no longer served, and a watch of it
+    fails for ever), so the new object is seen and the stack is Ready. It once stayed 'missing' until the health
+    deadline: Kubeflow v1.11.0's new cert-manager Certificates and Issuers, on the way from v1.2.0."""
+    ns = kfdef_namespace
+    group = f"mig-{uuid.uuid4().hex[:6]}.example.io"
+    write_package(tmp_path, "old", [widget_crd(group, version("v1alpha1", PRESERVED)),
+                                    widget(group, "v1alpha1", ns, "kept", {"size": 1})])
+    write_package(tmp_path, "new", [widget_crd(group, version("v1", PRESERVED)),
+                                    widget(group, "v1", ns, "kept", {"size": 1}),
+                                    widget(group, "v1", ns, "added", {"size": 2})])
+
+    def release(path: str) -> dict:
+        return Stack(tmp_path, "", ns, "", [{"name": "widgets", "kustomizeConfig": {
+            "repoRef": {"name": "manifests", "path": path}}}]).kfdef("moved", ns)
+
+    kube.apply(release("old"))
+    wait_ready(kube, "moved", ns)
+    kube.apply(release("new"))
+    try:
+        status = wait_for(lambda: (lambda s: s if s.get("observedGeneration") == 2 and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in s.get("conditions") or []) else None)(
+            kfdef_status(kube, "moved", ns)), timeout=60, what="Ready at v1")
+    finally:
+        kube.delete(KFDEF_API, "KfDef", "moved", ns)
+        kube.wait_gone(KFDEF_API, "KfDef", "moved", ns, timeout=60)
+    assert status["summary"]["ready"] == status["summary"]["total"] == 3
