@@ -5,7 +5,7 @@ Driven by the tracker's watch events (no polling):
 - ``DELETED`` of an object its KfDef still wants: re-create that object only,
   and only if it is still absent (an object someone else re-created meanwhile
   is theirs: reported, never taken over). The create itself is create-only
-  (:meth:`ResourceManager.create`), so an object that appears between the
+  (:meth:`ResourceManager.restore`), so an object that appears between the
   check and the create is not overwritten either. Objects inside a Namespace or of a
   CRD that is itself being deleted cannot come back before their parent; they
   wait, and the parent's own heal re-creates them once it is back.
@@ -47,16 +47,12 @@ from kfdef_operator.backoff import exponential
 from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.delay_queue import DelayQueue
 from kfdef_operator.runtime.events import EventRecorder
-from kfdef_operator.runtime.ownership import opted_out
 from kfdef_operator.runtime.stack import Stack
-from kfdef_operator.ssa import aggregation
-from kfdef_operator.ssa.access import delete_body
 from kfdef_operator.ssa.apply import is_content_refusal
 from kfdef_operator.ssa.changeset import Action, Change, refusal
 from kfdef_operator.ssa.claims import Claim
 from kfdef_operator.ssa.client import KubeApiError
-from kfdef_operator.ssa.discovery import Resource
-from kfdef_operator.ssa.drift import comparable, drifted
+from kfdef_operator.ssa.drift import drifted
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.live import LiveObject, LiveView, OwnWrites
 from kfdef_operator.ssa.manager import ResourceManager
@@ -71,6 +67,10 @@ _PARENT_GONE_HINTS = ("being terminated", "is terminating", "not found", "could 
                       "the server could not find", "not allowed while custom resource definition is terminating")
 
 DELETED, DRIFT = "deleted", "drift"
+#: Why a run-once object (a Job with a TTL) that went away is not put back.
+RUN_ONCE = "run once: not re-created once gone"
+#: A deleted object someone else created again before the heal: theirs.
+TAKEN = "deleted, then created again by someone else; left alone (delete it to let the stack re-create it)"
 
 
 @dataclass
@@ -317,20 +317,29 @@ class Healer:
         if manager is None:
             return
         try:
-            healed = await self._put_back(stack, manager, ref, resource, request)
+            # A deletion the watch reported needs no read first while the watch still shows the object absent.
+            change = await manager.restore(stack.owner, stack.desired[ref], resource, expected_uid=request.uid,
+                                           known_absent=request.cause == DELETED and self._live.get(ref) is None,
+                                           keep_absent=RUN_ONCE if ref in stack.run_once else None)
         except KubeApiError as error:
             await self._heal_failed(stack, manager, ref, request, error)
             return
-        if healed is None:
+        if change.action is Action.UNCHANGED and change.live is not None:  # the server disproved the suspicion
+            self._in_sync[ref] = self._sync_key(change.live)
             return
-        applied, cause = healed
+        if change.action is Action.CONFLICT and request.cause == DELETED:
+            stack.record_heal(Change(ref, Action.CONFLICT, TAKEN))
+            return
+        if change.action not in (Action.CREATED, Action.CONFIGURED) or change.live is None:
+            return
+        applied = change.live
+        cause = DELETED if change.action is Action.CREATED else DRIFT
         elapsed = time.monotonic() - request.observed_at
         self._history[ref].append(time.monotonic())
         metrics.HEALS.labels(cause).inc()
         metrics.HEAL_SECONDS.observe(elapsed)
         verb = "re-created" if cause == DELETED else "re-asserted the managed fields of"
         log.info("healed %s of %s: %s it in %.0f ms", ref, stack.owner, verb, elapsed * 1000)
-        change = Change(ref, Action.CREATED if cause == DELETED else Action.CONFIGURED, live=applied)
         stack.record_heal(change)
         self._post(stack, "Normal", "Healed", f"{verb} {ref} ({cause}) in {elapsed * 1000:.0f} ms")
         if ref.kind == "Namespace":
@@ -340,74 +349,6 @@ class Healer:
             spec = applied.get("spec") or {}
             kind = (spec.get("names") or {}).get("kind")
             await self._sweep(stack, lambda r: r.group == spec.get("group") and r.kind == kind)
-
-    async def _put_back(self, stack: Stack, manager: ResourceManager, ref: ObjectRef, resource: Resource,
-                        request: _Request) -> tuple[JSON, str] | None:
-        """Create the object if it is absent, re-assert it if it drifted; (live object, cause), or None if left.
-
-        An object that exists when the create is sent was created by someone
-        in the meantime: it is judged again, like any live object.
-        """
-        # A deletion the watch reported needs no GET first while the watch still shows the object absent: the
-        # create is create-only, and a 409 means the object is back already, judged below like any live object. A
-        # retry finds it back more often than not (the reconcile re-created it meanwhile): judged, not sent again.
-        live = None
-        absent = request.cause == DELETED and self._live.get(ref) is None
-        for attempt in range(3):
-            if attempt or not absent:
-                live = await manager.kube.get(resource.path_of(ref))
-            if live is None:
-                if ref in stack.run_once:
-                    return None
-                try:
-                    created = await manager.create(ref, self._stamped(stack, ref, adopted=False), resource,
-                                                   stack.owner.field_manager)
-                    return created, DELETED
-                except KubeApiError as error:
-                    if error.status != 409:
-                        raise
-                    continue  # AlreadyExists: created meanwhile; whose it is decides
-            meta = live.get("metadata") or {}
-            claim = stack.owner.claim(meta)
-            # An object that lost our stamps is still ours if it is the very object we applied (same uid);
-            # one someone else created after ours was deleted is theirs: never stamped or overwritten.
-            reclaimed = claim is Claim.UNCLAIMED and bool(request.uid) and meta.get("uid") == request.uid
-            if (claim is Claim.UNCLAIMED and not reclaimed and aggregation.is_echo(live)
-                    and aggregation.is_aggregated(stack.desired[ref])):
-                await self._delete_echo(stack, manager, ref, resource, live)
-                continue  # then created again, the way it is meant to be
-            if opted_out(meta) or claim is Claim.FOREIGN or (claim is Claim.UNCLAIMED and not reclaimed):
-                if request.cause == DELETED and not opted_out(meta):
-                    stack.record_heal(Change(ref, Action.CONFLICT,
-                                             "deleted, then created again by someone else; left alone (delete it "
-                                             "to let the stack re-create it)"))
-                return None
-            desired = self._stamped(stack, ref, adopted=claim is Claim.ADOPTED)
-            if stack.owner.unchanged(meta, desired):
-                dry, _, _ = await manager.server_side_apply(ref, desired, resource, stack.owner.field_manager,
-                                                            dry_run=True)
-                if comparable(dry) == comparable(live):
-                    log.debug("%s differs from the desired state only by the server's defaults (dry run)", ref)
-                    self._in_sync[ref] = self._sync_key(live)
-                    return None
-            applied, _, _ = await manager.server_side_apply(ref, desired, resource, stack.owner.field_manager)
-            return applied, DRIFT
-        return None
-
-    @staticmethod
-    async def _delete_echo(stack: Stack, manager: ResourceManager, ref: ObjectRef, resource: Resource,
-                           live: JSON) -> None:
-        """Delete what kube-controller-manager's aggregation controller re-created of a deleted aggregated role
-        (:func:`aggregation.is_echo`: rules only, no ``aggregationRule``, written by nobody else), on the condition
-        that it is still that very object. It raced the heal's create, which would otherwise leave the stack's
-        role as an echo that aggregates nothing."""
-        try:
-            await manager.kube.request("DELETE", resource.path_of(ref), body=delete_body(live["metadata"]["uid"]))
-        except KubeApiError as error:
-            if error.status not in (404, 409):  # gone, or replaced meanwhile: judged again either way
-                raise
-        log.info("%s of %s was re-created by kube-controller-manager's aggregation controller after its deletion, "
-                 "holding only rules; deleted it to put the stack's own back", ref, stack.owner)
 
     def _post(self, stack: Stack, event_type: str, reason: str, message: str) -> None:
         """Post an event without holding up the heal."""
