@@ -7,7 +7,8 @@ import asyncio
 from dataclasses import dataclass
 
 from kfdef_operator.runtime.events import EventRecorder
-from kfdef_operator.runtime.heal import FIGHT_THRESHOLD, Healer
+from kfdef_operator.runtime.heal import Healer
+from kfdef_operator.runtime.heal_policy import FIGHT_THRESHOLD
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.runtime.tracker import Tracker
@@ -169,6 +170,23 @@ def test_a_refused_heal_is_retried_after_doubling_pauses_and_reported_failed_mea
     assert pauses == [0.5, 1.0, 2.0]
     assert during.action is Action.FAILED and "leader changed" in during.message
     assert after.action is Action.CREATED
+
+
+def test_a_heal_refused_for_its_content_is_reported_and_not_sent_again() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.fail("POST", "/namespaces/apps/configmaps", 422, 'ConfigMap "settings" is invalid: data: Too long',
+                    reason="Invalid", times=None)
+        server.remove(CM_PATH)
+        await h.settle(120)
+        await h.close()
+        return h.stack.changes[ref_of(config_map())]
+
+    change = virtual_time.run(scenario())
+    assert change.refused and "Too long" in change.message
+    assert len(server.received("POST", "/namespaces/apps/configmaps")) == 1
 
 
 def test_an_object_someone_else_created_after_the_delete_is_left_to_them() -> None:
