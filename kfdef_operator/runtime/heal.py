@@ -40,6 +40,7 @@ from kfdef_operator.runtime.heal_policy import (
     HealRequest,
     Setback,
 )
+from kfdef_operator.runtime.identity import Identities
 from kfdef_operator.runtime.keyed_worker import KeyedWorker, Run
 from kfdef_operator.runtime.stack import Stack
 from kfdef_operator.ssa.changeset import Action, Change, refusal
@@ -59,16 +60,16 @@ TAKEN = "deleted, then created again by someone else; left alone (delete it to l
 class Healer:
     """Per-stack queues of objects to put back, each drained by its stack's keyed worker.
 
-    ``managers(stack)`` gives the resource manager acting with the stack's
-    identity (None while it has none: nothing is healed then); ``stacks`` is the live registry of stacks by key;
-    ``report(stack)`` is called after every heal result so that the stack's
-    status is refreshed; ``own_writes`` says which versions of objects the operator's own applies produced.
+    ``identities`` gives the resource manager of the identity a stack acts as (a stack has none before its first
+    reconcile: nothing of it is healed then); ``live`` is the watch cache; ``stacks`` is the live registry of stacks
+    by key; ``report(stack)`` is called after every heal result so that the stack's status is refreshed;
+    ``own_writes`` says which versions of objects the operator's own applies produced.
     """
 
-    def __init__(self, managers: Callable[[Stack], ResourceManager | None], live: LiveView, events: EventRecorder,
+    def __init__(self, identities: Identities, live: LiveView, events: EventRecorder,
                  stacks: Mapping[tuple[str, str], Stack], report: Callable[[Stack], None],
                  own_writes: OwnWrites | None = None) -> None:
-        self._managers = managers
+        self._identities = identities
         self._live = live
         self._events = events
         self._stacks = stacks
@@ -118,11 +119,13 @@ class Healer:
 
     # -- events --------------------------------------------------------------------
 
-    def observe(self, stack: Stack, event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
-        """Heal the object a watch event is about, if the policy asks for it (:meth:`HealPolicy.decide`)."""
+    def observe(self, stack: Stack, event_type: str, live: LiveObject, obj: JSON | None) -> HealRequest | None:
+        """Heal the object a watch event of the stack is about if the policy asks for it (:meth:`HealPolicy.decide`;
+        ``obj``: the event's object); the heal scheduled, if any."""
         request = self._policy.decide(stack, event_type, live, obj, now=time.monotonic())
         if request is not None:
             self._schedule(stack, request)
+        return request
 
     def applied(self, stack: Stack) -> None:
         """The stack's apply finished: check the drift suspicions collected meanwhile."""
@@ -176,9 +179,9 @@ class Healer:
         resource = stack.resources.get(ref)
         if ref not in stack.desired or resource is None or stack.deleting or stack.suspended:
             return
-        manager = self._managers(stack)
-        if manager is None:
+        if stack.identity is None:
             return
+        manager = self._identities.manager(stack.identity)
         try:
             # A deletion the watch reported needs no read first while the watch still shows the object absent.
             change = await manager.restore(stack.owner, stack.desired[ref], resource, expected_uid=request.uid,
