@@ -208,7 +208,7 @@ def deleted(obj: dict = CONFIG, **annotations: str) -> dict:
                                     "annotations": {**stamped["metadata"]["annotations"], **annotations}}}
 
 
-def test_a_deleted_object_is_put_back_once_the_first_apply_is_over_and_only_the_very_object_is_reclaimed():
+def test_a_deleted_object_is_put_back_once_the_first_apply_is_over_naming_the_uid_it_had():
     assert decide(HealPolicy(), new_stack(CONFIG), [("DELETED", deleted())]) == [], "the first apply creates it"
     assert decide(HealPolicy(), applied_stack(CONFIG), [("DELETED", deleted())]) == [
         HealRequest(CONFIG_REF, DELETED, NOW, uid="its-uid")]
