@@ -73,7 +73,7 @@ class HealRequest:
 
     @property
     def due(self) -> float:
-        """When the heal may start (monotonic)."""
+        """When the heal may first start (monotonic); a retry is due :attr:`retry_delay` after the attempt failed."""
         return self.observed_at + self.held_back
 
     @property
