@@ -35,10 +35,10 @@ from kfdef_operator.runtime.heal import Healer
 from kfdef_operator.runtime.identity import Identities, StackIdentity
 from kfdef_operator.runtime.inventory import InventoryEntry
 from kfdef_operator.runtime.stack import Stack
-from kfdef_operator.runtime.status import failures_of, health_deadline_in
+from kfdef_operator.runtime.status import failures_of, health_deadline_in, settled_refusals
 from kfdef_operator.runtime.tracker import Tracker
 from kfdef_operator.ssa.apply import FORGED_STAMP_NOTE, ApplyOptions
-from kfdef_operator.ssa.changeset import REFUSED_NOTE, Action, ChangeSet
+from kfdef_operator.ssa.changeset import Action, ChangeSet
 from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ObjectRef, version_of
@@ -92,7 +92,7 @@ class ApplyStep:
         desired = build.desired
         built_at = time.monotonic()  # a watch listing from now on compares the objects with this desired state
         # Before the run's first write of the report: the status still holds the last one.
-        settled = self._settled_refusals(stack, announce=announce)
+        settled = settled_refusals(stack, announce=announce, now=time.monotonic())
         if announce:  # written with the inventory of the objects about to be created: one write
             stack.step = ("Applying", f"applying {cond.counted(len(stack.desired), 'object')}")
         first_time = self._record_intent(stack, desired)
@@ -138,20 +138,6 @@ class ApplyStep:
             events.append(Event("Warning" if failures else "Normal", "ApplyFailed" if failures else "Applied",
                                 changes.summary() + (f"; {cond.failure_summary(failures)}" if failures else "")))
         return events
-
-    @staticmethod
-    def _settled_refusals(stack: Stack, *, announce: bool) -> dict[ObjectRef, str]:
-        """The objects whose refusal for their content ``status.failures`` reports, when nothing that could change
-        the answer changed since: no new generation (the run does not ``announce`` one, nor follow a failure), the
-        same source revisions, and no resync due (the first run since a start is none). With the message reported,
-        to report again."""
-        status = stack.status
-        resync_due = stack.resync_at is not None and time.monotonic() >= stack.resync_at
-        if announce or resync_due or status.get("sources") != stack.reported.get("sources"):
-            return {}
-        desired = {str(ref): ref for ref in stack.desired}
-        return {desired[failure["object"]]: failure["message"] for failure in status.get("failures") or []
-                if failure.get("object") in desired and str(failure.get("message", "")).startswith(REFUSED_NOTE)}
 
     async def _settle_identity(self, stack: Stack, service_account: str) -> StackIdentity:
         """Who the stack acts as from now on; :class:`Fail` when that ServiceAccount does not exist."""

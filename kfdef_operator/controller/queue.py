@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 
 from kfdef_operator.backoff import exponential
-from kfdef_operator.runtime.delay_queue import DelayQueue
+from kfdef_operator.runtime.keyed_worker import KeyedWorker, Run
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,16 @@ class WorkQueue:
 
     ``gate`` (when given) must be set for any work to start: a standby
     replica queues everything and runs only ``standby(key)`` (if given) until it leads.
-    One dispatcher task starts each due key's run as a task of its own; a key requested while it runs stays due.
+    The keys run on a :class:`KeyedWorker`, each due key's run a task of its own; a key requested while it runs
+    stays due.
     """
 
     def __init__(self, work: Work, *, gate: asyncio.Event | None = None, standby: StandbyWork | None = None) -> None:
         self._work = work
         self._gate = gate
         self._standby = standby
-        self._due: DelayQueue[Hashable, None] = DelayQueue()
-        self._dispatcher: asyncio.Task[None] | None = None
-        self._tasks: dict[Hashable, asyncio.Task[None]] = {}   # key -> its run, from start to end
+        self._worker: KeyedWorker[Hashable, None] = KeyedWorker(self._start, name="work queue",
+                                                                 startable=self._startable, gate=gate)
         self._running: set[Hashable] = set()
         self._prepared: dict[Hashable, float] = {}   # key -> the due time its standby work ran for
         self._interrupted: set[Hashable] = set()
@@ -63,16 +63,14 @@ class WorkQueue:
         While the gate is closed, a request for a key whose standby work already ran runs that work again.
         """
         due = time.monotonic() + max(delay, 0.0)
-        current = self._due.due(key)
+        current = self._worker.queue.due(key)
         if current is not None and current <= due and self._prepared.get(key) != current:
             return
-        self._due.put(key, None, due)
-        if self._dispatcher is None or self._dispatcher.done():
-            self._dispatcher = asyncio.create_task(self._dispatch(), name="work queue")
+        self._worker.put(key, None, due)
 
     def due_in(self, key: Hashable) -> float | None:
         """Seconds until the key's next run (None: nothing scheduled)."""
-        due = self._due.due(key)
+        due = self._worker.queue.due(key)
         return None if due is None else max(due - time.monotonic(), 0.0)
 
     def retry_delay(self, key: Hashable, *, base: float, cap: float = 600.0) -> float:
@@ -99,51 +97,33 @@ class WorkQueue:
         Synchronous on purpose: once it returns, no interrupted run gets past its next ``await``.
         """
         for running in [key] if key is not None else list(self._running):
-            task = self._tasks.get(running)
+            task = self._worker.run_of(running)
             if running in self._running and task is not None and not task.done():
                 self._interrupted.add(running)
                 task.cancel()
 
     async def stop(self) -> None:
-        tasks = [*self._tasks.values(), *([self._dispatcher] if self._dispatcher is not None else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _dispatch(self) -> None:
-        while True:
-            for key in self._due.ready(time.monotonic(), self._startable):
-                self._start(key)
-            if self._gate is None or self._gate.is_set():
-                await self._due.wait(self._startable)
-            else:
-                await _first(self._gate.wait(), self._due.wait(self._startable))
+        await self._worker.stop()
 
     def _startable(self, key: Hashable) -> bool:
-        """Whether a run of ``key`` may start once it is due: none is in progress, and the gate is open or the
-        standby work has not run for this due time yet."""
-        if key in self._tasks:
-            return False
+        """Whether a due key may start (none of its runs being in progress): the gate is open, or the standby work
+        has not run for this due time yet."""
         if self._gate is None or self._gate.is_set():
             return True
-        return self._standby is not None and self._prepared.get(key) != self._due.due(key)
+        return self._standby is not None and self._prepared.get(key) != self._worker.queue.due(key)
 
-    def _start(self, key: Hashable) -> None:
+    def _start(self, keys: list[Hashable]) -> list[Run[Hashable]]:
+        return [self._start_one(key) for key in keys]
+
+    def _start_one(self, key: Hashable) -> Run[Hashable]:
         if self._gate is not None and not self._gate.is_set() and self._standby is not None:
-            due = self._due.due(key)
+            due = self._worker.queue.due(key)
             assert due is not None  # only due keys start
             self._prepared[key] = due  # the key stays due: its real work runs once the gate opens
-            task = asyncio.create_task(self._prepare(key, self._standby), name=f"prepare {key}")
-        else:
-            self._due.pop(key)
-            self._prepared.pop(key, None)
-            task = asyncio.create_task(self._reconcile(key), name=f"reconcile {key}")
-        self._tasks[key] = task
-        task.add_done_callback(lambda _: self._finished(key))
-
-    def _finished(self, key: Hashable) -> None:
-        self._tasks.pop(key, None)
-        self._due.wake()  # the key may be due again
+            return Run([key], self._prepare(key, self._standby), f"prepare {key}")
+        self._worker.queue.pop(key)
+        self._prepared.pop(key, None)
+        return Run([key], self._reconcile(key), f"reconcile {key}")
 
     async def _reconcile(self, key: Hashable) -> None:
         next_run = await self._run(key, self._work)
@@ -165,8 +145,8 @@ class WorkQueue:
             if current is not None:
                 current.uncancel()
             log.info("work on %s interrupted", key)
-            if key not in self._due:
-                self._due.put(key, None, time.monotonic())
+            if key not in self._worker.queue:
+                self._worker.put(key, None, time.monotonic())
             return None
         except Exception:
             log.exception("work on %s failed unexpectedly; retrying in %.0fs", key, CRASH_DELAY_S)
@@ -174,13 +154,3 @@ class WorkQueue:
         finally:
             self._interrupted.discard(key)
             self._running.discard(key)
-
-
-async def _first(*waits: Awaitable[object]) -> None:
-    """Wait until the first of ``waits`` is done; cancel the others."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()

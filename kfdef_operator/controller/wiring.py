@@ -4,8 +4,9 @@
 :class:`~kfdef_operator.controller.reconciler.Reconciler` coordinates them, and a test builds the same parts on the
 fake API server to drive one alone (a build, an :class:`ApplyStep` run, a :class:`Teardown`). What is wired here:
 
-- the tracker's watch events go to the healer of the stack that wants the object, then to a status refresh;
-- the healer acts as a stack's identity (:meth:`Identities.manager`) and reports through the status refresher;
+- the tracker's watch events go to :class:`~kfdef_operator.runtime.stack_events.StackEvents`, which finds the
+  stack by the registry's instance labels and hands the event to the healer, then asks the status refresher;
+- the healer acts as a stack's identity (:class:`Identities`) and reports through the status refresher;
 - the refresher writes only while this replica leads (``gate``);
 - the work pool's load is exported as metrics.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from kfdef_operator.api.types import JSON
 from kfdef_operator.controller.apply_step import ApplyStep
 from kfdef_operator.controller.builder import DesiredStateBuilder
 from kfdef_operator.controller.heartbeat import Liveness
@@ -29,13 +29,11 @@ from kfdef_operator.runtime import metrics
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.heal import Healer
 from kfdef_operator.runtime.identity import Identities
-from kfdef_operator.runtime.stack import Stack
-from kfdef_operator.runtime.tracker import Listener, Tracker, instance_label
+from kfdef_operator.runtime.stack_events import StackEvents
+from kfdef_operator.runtime.tracker import Tracker
 from kfdef_operator.ssa.client import KubeClient
 from kfdef_operator.ssa.discovery import Discovery
-from kfdef_operator.ssa.inventory import ObjectRef
-from kfdef_operator.ssa.live import LiveObject, OwnWrites
-from kfdef_operator.ssa.manager import ResourceManager
+from kfdef_operator.ssa.live import OwnWrites
 
 
 @dataclass(frozen=True)
@@ -60,7 +58,7 @@ class Parts:
     apply_step: ApplyStep
     teardown: Teardown
     #: Where the tracker hands its watch events: the stack's healer, then a status refresh.
-    on_object_event: Listener
+    stack_events: StackEvents
 
 
 def assemble(kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None = None) -> Parts:
@@ -69,23 +67,9 @@ def assemble(kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None
     def leading() -> bool:
         return gate is None or gate.is_set()
 
-    def manager_for(stack: Stack) -> ResourceManager | None:
-        """The resource manager acting as the stack's identity (None before its first reconcile or teardown)."""
-        return identities.manager(stack.identity) if stack.identity is not None else None
-
-    def on_object_event(event_type: str, ref: ObjectRef, live: LiveObject, obj: JSON | None) -> None:
-        """A watch event about a stamped object: the healer of the stack that wants it decides whether to heal it,
-        and the stack's status is refreshed (once it has results). Objects of a stack being torn down, or that no
-        stack wants, are left alone."""
-        stack = registry.labelled(instance_label(live) or "")
-        if stack is None or stack.deleting or ref not in stack.desired:
-            return
-        healer.observe(stack, event_type, ref, live, obj)
-        if stack.changes:
-            refresher.refresh(stack)
-
     discovery = Discovery(kube)
-    tracker = Tracker(kube, on_object_event)  # its events arrive once the watches run: after everything is built
+    # Its events arrive once the watches run: after everything is built.
+    tracker = Tracker(kube, lambda *event: stack_events(*event))
     own_writes = OwnWrites()  # what the applies wrote, so that the healer need not compare its watch events
     identities = Identities(kube, discovery, tracker, concurrency=settings.concurrency,
                             default_service_account=settings.default_service_account, own_writes=own_writes)
@@ -93,7 +77,8 @@ def assemble(kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None
     registry = StackRegistry(kube, tracker, events, health_timeout=settings.health_timeout,
                              scoped=bool(settings.namespaces))
     refresher = StatusRefresher(registry, leading)
-    healer = Healer(manager_for, tracker, events, registry.stacks, refresher.refresh, own_writes)
+    healer = Healer(identities, tracker, events, registry.stacks, refresher.refresh, own_writes)
+    stack_events = StackEvents(registry.labelled, healer, refresher.refresh)
     work_pool = WorkPool(settings.work_threads)  # fetch and render, off the event loop's default executor
     metrics.watch_work_pool(lambda: work_pool.running, lambda: work_pool.waiting)
     builder = DesiredStateBuilder(discovery, work_pool, work_dir=settings.work_dir,
@@ -107,5 +92,5 @@ def assemble(kube: KubeClient, settings: Settings, *, gate: asyncio.Event | None
     return Parts(kube=kube, settings=settings, gate=gate, discovery=discovery, tracker=tracker,
                  identities=identities, events=events, registry=registry, refresher=refresher, healer=healer,
                  work_pool=work_pool, liveness=Liveness(work_pool), builder=builder, housekeeper=housekeeper,
-                 apply_step=apply_step, teardown=teardown, on_object_event=on_object_event)
+                 apply_step=apply_step, teardown=teardown, stack_events=stack_events)
 

@@ -1,8 +1,9 @@
 """A keyed delay queue: one item per key, each due at a monotonic time, and a wait for the next one due (asyncio).
 
 The reconcile queue (:class:`~kfdef_operator.controller.queue.WorkQueue`: a key per KfDef) and the healer (a queue
-per stack: a key per object to put back) both hold their work here. A key has one due time; what a new request does
-to it (keep the first, keep the earliest) is the caller's choice, made before :meth:`DelayQueue.put`.
+per stack: a key per object to put back) both hold their work here, and both run it with the same
+:class:`~kfdef_operator.runtime.keyed_worker.KeyedWorker`. A key has one due time; what a new request does to it
+(keep the first, keep the earliest) is the caller's choice, made before :meth:`DelayQueue.put`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from kfdef_operator.runtime import conditions as cond
 from kfdef_operator.runtime import inventory, metrics
 from kfdef_operator.runtime.events import EventRecorder
 from kfdef_operator.runtime.stack import Stack
-from kfdef_operator.ssa.changeset import Action
+from kfdef_operator.ssa.changeset import REFUSED_NOTE, Action
 from kfdef_operator.ssa.client import KubeApiError, KubeClient
 from kfdef_operator.ssa.foreign import spelled
 from kfdef_operator.ssa.inventory import ObjectRef
@@ -147,6 +147,20 @@ def failures_of(stack: Stack) -> list[JSON]:
     return [{"object": str(c.ref), "message": cond.truncate(c.message, 512),
              **({"application": stack.application_of[c.ref]} if c.ref in stack.application_of else {})}
             for c in stack.failed_changes()][: cond.MAX_FAILURES_LISTED]
+
+
+def settled_refusals(stack: Stack, *, announce: bool, now: float) -> dict[ObjectRef, str]:
+    """The objects whose refusal for their content ``status.failures`` reports (:func:`failures_of`), when nothing
+    that could change the answer changed since: no new generation (the run does not ``announce`` one, nor follow a
+    failure), the same source revisions, and no resync due by ``now`` (monotonic; the first run since a start is
+    none). With the message reported, to report again."""
+    status = stack.status
+    resync_due = stack.resync_at is not None and now >= stack.resync_at
+    if announce or resync_due or status.get("sources") != stack.reported.get("sources"):
+        return {}
+    desired = {str(ref): ref for ref in stack.desired}
+    return {desired[failure["object"]]: failure["message"] for failure in status.get("failures") or []
+            if failure.get("object") in desired and str(failure.get("message", "")).startswith(REFUSED_NOTE)}
 
 
 def status_of(stack: Stack, live: LiveView, *, health_timeout: float, now: float,

@@ -34,7 +34,8 @@ from kfdef_operator.ssa.live import LiveObject, summarize
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[str, ObjectRef, LiveObject, JSON | None], None]
+#: Told every watch event (type, object, its summary, the object itself); what it returns is not read.
+Listener = Callable[[str, ObjectRef, LiveObject, JSON | None], object]
 #: What to watch: a kind, in one namespace or ("") cluster-wide.
 WatchTarget = tuple[Resource, str]
 _Key = tuple[str, str, str]  # group, kind, namespace ("" = cluster-wide)

@@ -31,7 +31,8 @@
   as such (:func:`~kfdef_operator.ssa.changeset.refusal`), and one whose
   refusal was reported already (:attr:`ApplyOptions.settled`) is not sent again.
 
-It also owns the create-only write of a heal (:meth:`Applier.create`) and the :class:`ApplyOptions`.
+Which objects it may write at all is :func:`~kfdef_operator.ssa.claims.left_alone`'s rule, which a heal
+(:mod:`~kfdef_operator.ssa.restore`) shares. It also owns the :class:`ApplyOptions`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from kfdef_operator.api.types import JSON
 from kfdef_operator.ssa import ordering
 from kfdef_operator.ssa.access import CRD_PATH, JSON_PATCH, ONE_METADATA_ONLY, ApiAccess, delete_body, dry_run_params
 from kfdef_operator.ssa.changeset import Action, Change, kept_answer, refusal
-from kfdef_operator.ssa.claims import Claim, Ownership
+from kfdef_operator.ssa.claims import Claim, Ownership, left_alone
 from kfdef_operator.ssa.client import KubeApiError, KubeClient, describe_api_error
 from kfdef_operator.ssa.discovery import Resource
 from kfdef_operator.ssa.fieldsets import FieldPath
@@ -140,17 +141,13 @@ class Applier:
             return Change(ref, Action.FAILED, options.settled[ref])
         claim = ownership.claim(live_meta)
         unclaimed_note = ""
-        if claim is Claim.FOREIGN:
-            assert live_meta is not None
-            if not await self._holder_missing(ownership, live_meta):
-                return Change(ref, Action.CONFLICT, f"already managed by {ownership.holder(live_meta)}; not applied")
+        if claim is Claim.FOREIGN and live_meta is not None and await self._holder_missing(ownership, live_meta):
             claim = Claim.UNCLAIMED
             unclaimed_note = (f"{FORGED_STAMP_NOTE}: it named {ownership.holder(live_meta)}, which does not exist; "
                               "adopted (kept at prune and teardown)")
-        if ownership.opted_out(live_meta):
-            return Change(ref, Action.SKIPPED, "reconcile disabled on the object by annotation; not applied")
-        if claim is Claim.ABSENT and ref in options.keep_absent:
-            return Change(ref, Action.SKIPPED, options.keep_absent[ref])
+        left = left_alone(ownership, ref, claim, live_meta, adopt=True, keep_absent=options.keep_absent.get(ref))
+        if left is not None:
+            return left
         stamped = ownership.stamp(obj, namespaced=resource.namespaced,
                                   adopted=claim in (Claim.UNCLAIMED, Claim.ADOPTED))
         if (live_meta is not None and claim in (Claim.OURS, Claim.ADOPTED) and not live_meta.get("deletionTimestamp")
@@ -348,47 +345,6 @@ class Applier:
             log.info("%s: dropping fields its CRD does not declare: %s", ref, ", ".join(dropped))
             live, created = await kube.apply(path, pruned, field_manager=field_manager, dry_run=dry_run)
             return live, created, dropped
-
-    async def create(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str) -> JSON:
-        """Create ``desired`` only if no object of its name exists; raises :class:`KubeApiError` 409 if one does.
-
-        Server-side apply has no create-only form (a ``metadata.uid`` in an
-        apply body is refused for a missing object, a ``resourceVersion`` is
-        ignored), so this is a POST. A POST records the creator's fields as an
-        ``Update``, which a later apply would not take back: a field dropped
-        from the desired state would stay. The entry is therefore turned into
-        the ``Apply`` entry an apply would have made, by a JSON patch that
-        tests exactly that entry (and the uid) rather than the resourceVersion:
-        a controller's status update right after the create (a Deployment's,
-        at once) does not make it conflict.
-        """
-        kube = self.access.kube
-        live = await kube.create(resource.collection_path(ref.namespace or None), desired, field_manager=field_manager)
-        for _ in range(3):
-            meta = live.get("metadata") or {}
-            entries = meta.get("managedFields") or []
-            ours = [index for index, e in enumerate(entries) if e.get("manager") == field_manager
-                    and e.get("operation") == "Update" and not e.get("subresource")]
-            if not ours:
-                return live
-            patch = [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid")}]
-            for index in ours:
-                entry = f"/metadata/managedFields/{index}"
-                patch += [{"op": "test", "path": f"{entry}/manager", "value": field_manager},
-                          {"op": "test", "path": f"{entry}/operation", "value": "Update"},
-                          {"op": "replace", "path": f"{entry}/operation", "value": "Apply"}]
-            try:
-                return await kube.request("PATCH", resource.path_of(ref), content_type=JSON_PATCH, body=patch)
-            except KubeApiError as error:
-                if error.status not in (409, 422):  # 422: a test failed (entries moved, or a new uid)
-                    raise
-            current = await kube.get(resource.path_of(ref))
-            if current is None or (current.get("metadata") or {}).get("uid") != meta.get("uid"):
-                return live  # gone or replaced already: nothing of ours to fix
-            live = current
-        log.warning("%s: created, but its fields could not be recorded as applied (it kept changing); a field "
-                    "later dropped from the desired state may stay on it", ref)
-        return live
 
     async def _recreate(self, ownership: Ownership, ref: ObjectRef, stamped: JSON, resource: Resource, claim: Claim,
                         live_meta: JSON | None, options: ApplyOptions, error: KubeApiError) -> Change:

@@ -5,8 +5,10 @@
 - :mod:`~kfdef_operator.ssa.access` (:class:`ApiAccess`): the client, discovery, the watch cache, the concurrency
   bound and how an error is worded (a refusal, 403, with ``explain_forbidden``'s advice);
 - :mod:`~kfdef_operator.ssa.lookup`: live metadata of objects before they are applied;
-- :mod:`~kfdef_operator.ssa.apply`: one object, or one stage, applied (adopt, conflict, opt-out, re-create);
-  the create-only write of a heal;
+- :mod:`~kfdef_operator.ssa.apply`: one object, or one stage, applied (adopt, conflict, opt-out, re-create), by
+  the ownership rule of :mod:`~kfdef_operator.ssa.claims`;
+- :mod:`~kfdef_operator.ssa.restore`: one object put back as a heal does (create-only, never adopting), by the same
+  rule;
 - :mod:`~kfdef_operator.ssa.immutable`: immutable-field refusals recognised, and what a re-create would destroy;
 - :mod:`~kfdef_operator.ssa.migration`: a CRD's stored versions migrated before it drops one (the plan:
   :mod:`~kfdef_operator.ssa.storedversions`);
@@ -36,6 +38,7 @@ from kfdef_operator.ssa.discovery import Discovery, Resource
 from kfdef_operator.ssa.inventory import ObjectRef
 from kfdef_operator.ssa.live import LiveView, OwnWrites
 from kfdef_operator.ssa.lookup import Known, LiveLookup
+from kfdef_operator.ssa.restore import Restorer
 from kfdef_operator.ssa.staged import StagedApply
 from kfdef_operator.ssa.teardown import Removal, TeardownResult
 from kfdef_operator.ssa.waits import Waits
@@ -59,6 +62,7 @@ class ResourceManager:
         self._lookup = LiveLookup(self._access)
         self._waits = Waits(self._access, crd_timeout)
         self._applier = Applier(self._access, self._lookup, self._waits, owners or kube, own_writes)
+        self._restorer = Restorer(self._access, self._applier)
         self._staged = StagedApply(self._applier, self._lookup, self._waits, discovery)
         self._removal = Removal(self._access, self._waits)
 
@@ -86,14 +90,11 @@ class ResourceManager:
         """Apply a whole set, each object as early as what it needs allows (:meth:`StagedApply.apply_all`)."""
         return await self._staged.apply_all(ownership, objects, resolve_later, options, progress)
 
-    async def server_side_apply(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str, *,
-                                dry_run: bool = False) -> tuple[JSON, bool, list[str]]:
-        """Apply ``desired``; returns (live object, created, fields dropped) (:meth:`Applier.server_side_apply`)."""
-        return await self._applier.server_side_apply(ref, desired, resource, field_manager, dry_run=dry_run)
-
-    async def create(self, ref: ObjectRef, desired: JSON, resource: Resource, field_manager: str) -> JSON:
-        """Create ``desired`` only if no object of its name exists (:meth:`Applier.create`)."""
-        return await self._applier.create(ref, desired, resource, field_manager)
+    async def restore(self, ownership: Ownership, obj: JSON, resource: Resource, *, expected_uid: str = "",
+                      known_absent: bool = False, keep_absent: str | None = None) -> Change:
+        """Put one normalised object back after it was deleted or changed (:meth:`Restorer.restore`)."""
+        return await self._restorer.restore(ownership, obj, resource, expected_uid=expected_uid,
+                                            known_absent=known_absent, keep_absent=keep_absent)
 
     async def wait_established(self, change: Change) -> None:
         """Wait for one CRD's Established condition, then register its kinds (:meth:`Waits.established`)."""

@@ -125,7 +125,7 @@ def test_only_the_leader_writes_and_the_standby_writes_nothing(plane, kube, repl
     reliability.figure("leader writes", sum(w.user == leader.user for w in found))
     reliability.figure("standby writes", len(by_standby))
     assert not by_standby, f"the standby wrote: {by_standby}"
-    # A heal is one create (and the fix-up of its field ownership, ssa.manager.ResourceManager.create).
+    # A heal is one create (and the fix-up of its field ownership, ssa.restore.Restorer.create).
     assert [w.code for w in heals if w.created] == [201] and {w.user for w in heals} == {leader.user}, heals
     assert [w.code for w in corrections] == [200], f"the drifted ConfigMap was written {corrections}"
 

@@ -33,11 +33,11 @@ def test_without_a_cap_the_delay_keeps_doubling():
 
 # The callers' sequences, pinned: switching a caller to the helper must not change what it waits.
 
-def test_heal_fight_backoff_one_second_doubling_to_five_minutes():  # runtime/heal.py fight_backoff
+def test_heal_fight_backoff_one_second_doubling_to_five_minutes():  # runtime/heal_policy.py fight_backoff
     assert sequence(range(11), base=1.0, cap=300.0) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
 
 
-def test_failed_heal_retries_half_a_second_doubling_to_a_minute():  # runtime/heal.py Healer._heal_failed
+def test_failed_heal_retries_half_a_second_doubling_to_a_minute():  # runtime/heal_policy.py HealRequest
     assert sequence(range(9), base=0.5, cap=60.0) == [0.5, 1, 2, 4, 8, 16, 32, 60, 60]
 
 

@@ -1,4 +1,4 @@
-"""Backoff against a fight over one object (kfdef_operator.runtime.heal.fight_backoff, the pure part of healing)."""
+"""Backoff against a fight over one object (kfdef_operator.runtime.heal_policy.fight_backoff)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kfdef_operator.runtime.heal import FIGHT_THRESHOLD, FIGHT_WINDOW_S, MAX_BACKOFF_S, fight_backoff
+from kfdef_operator.runtime.heal_policy import FIGHT_THRESHOLD, FIGHT_WINDOW_S, MAX_BACKOFF_S, fight_backoff
 
 NOW = 10_000.0
 
@@ -40,8 +40,9 @@ def test_delay_is_capped_for_any_number_of_heals():
         delay = fight_backoff(heals, NOW)
     except OverflowError as error:
         raise AssertionError(
-            "BUG in kfdef_operator/heal.py fight_backoff(): 2.0 ** excess is computed before the cap, so 1027 or "
-            f"more heals inside the window raise OverflowError ({error}) instead of returning MAX_BACKOFF_S") from None
+            "BUG in kfdef_operator/runtime/heal_policy.py fight_backoff(): 2.0 ** excess is computed before the cap, "
+            f"so 1027 or more heals inside the window raise OverflowError ({error}) instead of returning "
+            "MAX_BACKOFF_S") from None
     assert delay == MAX_BACKOFF_S
 
 
@@ -97,25 +98,3 @@ def test_delay_depends_only_on_heals_inside_the_window(ages_from_start):
     assert delay == expected
     assert 0.0 <= delay <= MAX_BACKOFF_S
 
-
-def _stack_with(*objects):
-    from kfdef_operator.runtime.ownership import Owner
-    from kfdef_operator.runtime.stack import Stack
-    from kfdef_operator.ssa.inventory import ref_of
-    stack = Stack(owner=Owner("kf", "kubeflow", "u"), generation=1)
-    stack.want({ref_of(obj): obj for obj in objects})
-    return stack
-
-
-def test_a_heal_waits_only_for_a_parent_the_stack_brings_back():
-    from kfdef_operator.runtime.heal import Healer
-    from kfdef_operator.ssa.inventory import ObjectRef
-    stack = _stack_with(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}},
-        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "ws.g.io"},
-         "spec": {"group": "g.io", "names": {"kind": "W", "plural": "ws"}}})
-    assert Healer._parent_in_stack(stack, ObjectRef("", "ConfigMap", "apps", "c"))
-    assert Healer._parent_in_stack(stack, ObjectRef("g.io", "W", "other", "w"))
-    # A namespace the user made, or a CRD installed by someone else, is never healed back: retry instead.
-    assert not Healer._parent_in_stack(stack, ObjectRef("", "ConfigMap", "users-own", "c"))
-    assert not Healer._parent_in_stack(stack, ObjectRef("h.io", "V", "", "v"))

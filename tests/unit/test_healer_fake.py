@@ -6,16 +6,20 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import pytest
+
 from kfdef_operator.runtime.events import EventRecorder
-from kfdef_operator.runtime.heal import FIGHT_THRESHOLD, Healer
+from kfdef_operator.runtime.heal import Healer
+from kfdef_operator.runtime.heal_policy import FIGHT_THRESHOLD
+from kfdef_operator.runtime.identity import Identities
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.stack_events import StackEvents
 from kfdef_operator.runtime.tracker import Tracker
 from kfdef_operator.ssa.aggregation import AGGREGATION_CONTROLLER
 from kfdef_operator.ssa.changeset import Action, Change
 from kfdef_operator.ssa.discovery import Discovery
 from kfdef_operator.ssa.inventory import ref_of
-from kfdef_operator.ssa.manager import ResourceManager
 from tests import virtual_time
 from tests.fake_kube import FakeApiServer
 
@@ -30,7 +34,8 @@ def config_map(name: str = "settings", **data: str) -> dict:
 
 @dataclass
 class Healing:
-    """A stack applied through a ResourceManager, its objects watched by a Tracker that feeds a Healer."""
+    """A stack applied through its identity's ResourceManager, its objects watched by a Tracker whose events go to
+    the Healer (StackEvents)."""
 
     server: FakeApiServer
     stack: Stack
@@ -52,16 +57,13 @@ async def healing(server: FakeApiServer, objects: list[dict]) -> Healing:
     await discovery.refresh()
     stack = Stack(OWNER, 1)
     reports: list[float] = []
-    healer: Healer | None = None
-
-    def on_event(event_type, ref, live, obj) -> None:
-        if healer is not None and ref in stack.desired:
-            healer.observe(stack, event_type, ref, live, obj)
-
-    tracker = Tracker(kube, on_event)
-    manager = ResourceManager(kube, discovery, tracker)
-    healer = Healer(lambda _: manager, tracker, EventRecorder(kube), {stack.key: stack},
+    tracker = Tracker(kube, lambda *event: stack_events(*event))  # its events come once it watches
+    identities = Identities(kube, discovery, tracker, concurrency=24)
+    stack.identity = identities.of(OWNER.namespace, "")
+    manager = identities.manager(stack.identity)
+    healer = Healer(identities, tracker, EventRecorder(kube), {stack.key: stack},
                     lambda _: reports.append(virtual_time.now()))
+    stack_events = StackEvents(lambda label: stack if label == OWNER.label else None, healer, lambda _: None)
     resolved = [(obj, discovery.cached(obj["apiVersion"], obj["kind"])) for obj in objects]
     stack.want({ref_of(obj): obj for obj in objects})
     stack.resources = {ref_of(obj): resource for obj, resource in resolved}
@@ -171,6 +173,23 @@ def test_a_refused_heal_is_retried_after_doubling_pauses_and_reported_failed_mea
     assert after.action is Action.CREATED
 
 
+def test_a_heal_refused_for_its_content_is_reported_and_not_sent_again() -> None:
+    server = cluster()
+
+    async def scenario():
+        h = await healing(server, [config_map()])
+        server.fail("POST", "/namespaces/apps/configmaps", 422, 'ConfigMap "settings" is invalid: data: Too long',
+                    reason="Invalid", times=None)
+        server.remove(CM_PATH)
+        await h.settle(120)
+        await h.close()
+        return h.stack.changes[ref_of(config_map())]
+
+    change = virtual_time.run(scenario())
+    assert change.refused and "Too long" in change.message
+    assert len(server.received("POST", "/namespaces/apps/configmaps")) == 1
+
+
 def test_an_object_someone_else_created_after_the_delete_is_left_to_them() -> None:
     server = cluster()
 
@@ -189,12 +208,21 @@ def test_an_object_someone_else_created_after_the_delete_is_left_to_them() -> No
     assert [r for r in server.received("PATCH", CM_PATH) if r.at > change_at] == [], "never stamped or overwritten"
 
 
-def test_a_suspended_stack_is_not_healed() -> None:
+def suspend(stack: Stack) -> None:
+    stack.suspended = True
+
+
+def lose_identity(stack: Stack) -> None:
+    stack.identity = None  # as before its first reconcile settles who it acts as
+
+
+@pytest.mark.parametrize("change", [suspend, lose_identity], ids=["suspended", "acting as no identity yet"])
+def test_a_stack_suspended_or_without_an_identity_is_not_healed(change) -> None:
     server = cluster()
 
     async def scenario():
         h = await healing(server, [config_map()])
-        h.stack.suspended = True
+        change(h.stack)
         server.remove(CM_PATH)
         await h.settle(5)
         await h.close()

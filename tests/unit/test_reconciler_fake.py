@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 from kfdef_operator.api.names import FINALIZER
 from kfdef_operator.controller.reconciler import Reconciler
 from kfdef_operator.controller.wiring import assemble
+from kfdef_operator.ssa.inventory import ObjectRef
 from tests import virtual_time
 from tests.fake_kube import FakeApiServer
 from tests.fake_operator import CM_COLLECTION, KFDEF, NAME, NAMESPACE, OBJECTS, cluster, kfdef, settings, source
@@ -186,6 +187,32 @@ def applied_then_deleted(repo: Path) -> FakeApiServer:
 
     virtual_time.run(scenario())
     return server
+
+
+def test_a_kfdef_no_longer_served_here_is_not_healed_here(repo) -> None:
+    """A KfDef that stops being served here (deleted, or moved to another shard) gets no write from this instance.
+
+    Two watch events in this order decided a flaky HA run: the KfDef leaving this shard, then one of its objects
+    deleted. The new shard heals that object; the old one must not heal it too. The test hands both at once."""
+    server = cluster()
+    first = ObjectRef("", "ConfigMap", "apps", "first")
+
+    async def scenario() -> tuple[object, float]:
+        async with operator(server, repo) as reconciler:
+            await until(lambda: condition(server, "Ready").get("status") == "True")
+            live = reconciler.parts.tracker.get(first)
+            assert live is not None
+            reconciler.observe("DELETED", server.get(KFDEF))  # what the watch says when the shard label changes
+            server.remove(f"{CM_COLLECTION}/first")
+            scheduled = reconciler.parts.stack_events("DELETED", first, live, None)
+            released = virtual_time.now()
+            await asyncio.sleep(30)
+        return scheduled, released
+
+    scheduled, released = virtual_time.run(scenario())
+    assert scheduled is None, "a heal was scheduled for a KfDef this instance no longer serves"
+    assert [f"{r.method} {r.path}" for r in server.received(writes_only=True) if r.at >= released] == []
+    assert server.get(f"{CM_COLLECTION}/first") is None
 
 
 def test_a_deleted_kfdef_is_torn_down_and_let_go(repo) -> None:

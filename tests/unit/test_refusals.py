@@ -9,14 +9,12 @@ policy's denial) is retried with backoff as before.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
-from kfdef_operator.controller.apply_step import ApplyStep
-from kfdef_operator.runtime.heal import DELETED, Healer, _Request
 from kfdef_operator.runtime.ownership import Owner
 from kfdef_operator.runtime.stack import Stack
+from kfdef_operator.runtime.status import settled_refusals
 from kfdef_operator.ssa.apply import TYPED_PATCH_REFUSAL, Applier, ApplyOptions, is_content_refusal
 from kfdef_operator.ssa.changeset import REFUSED_NOTE, Action, Change, refusal
 from kfdef_operator.ssa.client import KubeApiError
@@ -28,6 +26,7 @@ SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bad-port
 REF = ref_of(SERVICE)
 OTHER = ref_of({**SERVICE, "metadata": {"name": "other", "namespace": "apps"}})
 SOURCES = [{"name": "manifests", "uri": "/repo", "revision": "dir-sha256:1"}]
+NOW = 1_000.0
 
 
 def api_error(status: int, message: str, reason: str = "") -> KubeApiError:
@@ -91,7 +90,7 @@ def reported_stack(*, sources: list | None = None) -> Stack:
 
 
 def settled(stack: Stack, *, announce: bool = False) -> dict:
-    return ApplyStep._settled_refusals(stack, announce=announce)
+    return settled_refusals(stack, announce=announce, now=NOW)
 
 
 def test_a_reported_refusal_is_not_sent_again_for_the_same_generation_and_sources():
@@ -103,39 +102,9 @@ def test_a_reported_refusal_is_sent_again_when_the_generation_sources_or_resync_
     assert settled(reported_stack(), announce=True) == {}  # a new generation, or the run after a failed one
     assert settled(reported_stack(sources=[{**SOURCES[0], "revision": "dir-sha256:2"}])) == {}
     resynced = reported_stack()
-    resynced.resync_at = time.monotonic() - 1
+    resynced.resync_at = NOW - 1
     assert settled(resynced) == {}
     waiting = reported_stack()
-    waiting.resync_at = time.monotonic() + 600
+    waiting.resync_at = NOW + 600
     assert REF in settled(waiting)
 
-
-class _Manager:
-    @staticmethod
-    def describe(error: KubeApiError) -> str:
-        return f"{error.status}: {error.message}"
-
-
-def failed_heal(error: KubeApiError) -> tuple[Stack, Healer]:
-    stack = Stack(OWNER, 1)
-    stack.want({REF: SERVICE})
-
-    async def scenario() -> Healer:
-        healer = Healer(lambda _: None, None, None, {stack.key: stack}, lambda _: None)  # type: ignore[arg-type]
-        await healer._heal_failed(stack, _Manager(), REF, _Request(DELETED, time.monotonic()),  # type: ignore[arg-type]
-                                  error)
-        return healer
-
-    return stack, asyncio.run(scenario())
-
-
-def test_a_heal_refused_for_its_content_is_reported_and_not_retried():
-    stack, healer = failed_heal(api_error(422, "spec.ports[0].port: Invalid value: 70000"))
-    assert stack.changes[REF].refused
-    assert REF not in healer._pending[stack.key]
-
-
-def test_a_heal_that_failed_otherwise_is_retried():
-    stack, healer = failed_heal(api_error(500, "etcdserver: request timed out"))
-    assert not stack.changes[REF].refused
-    assert REF in healer._pending[stack.key]
