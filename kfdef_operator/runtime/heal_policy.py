@@ -149,6 +149,8 @@ class HealPolicy:
         if event_type == "DELETED":
             if ref in stack.run_once or not stack.changes:
                 return None  # meant to go away; or the first apply, still under way, creates it anyway
+            if self._own_writes.deleted_to_recreate(ref, live.uid):
+                return None  # an apply re-creates it (an immutable field changed): a heal would only race it
             return self._request(stack, ref, DELETED, now, live.uid)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             return None

@@ -363,8 +363,11 @@ class Applier:
         if options.dry_run:
             return Change(ref, Action.CREATED, RECREATE_PREVIEW)
         log.info("re-creating %s: an immutable field changed", ref)
+        uid = (live_meta or {}).get("uid")
+        if uid and self.own_writes is not None:
+            self.own_writes.recreating(ref, uid)
         try:
-            await self.access.kube.request("DELETE", path, body=delete_body((live_meta or {}).get("uid")))
+            await self.access.kube.request("DELETE", path, body=delete_body(uid))
         except KubeApiError as delete_error:
             if delete_error.status == 409:
                 return Change(ref, Action.FAILED, "re-create: the object was replaced by another one meanwhile; "

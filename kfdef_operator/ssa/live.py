@@ -61,12 +61,25 @@ class OwnWrites:
 
     def __init__(self) -> None:
         self._versions: dict[ObjectRef, str] = {}
+        self._recreating: dict[ObjectRef, str] = {}  # the uid an apply deletes to create the object again
 
     def wrote(self, ref: ObjectRef, answer: JSON) -> None:
         """``answer`` is the API server's answer to a write of ``ref`` (not a dry run) by this operator."""
         version = (answer.get("metadata") or {}).get("resourceVersion")
         if version:
             self._versions[ref] = version
+
+    def recreating(self, ref: ObjectRef, uid: str) -> None:
+        """An apply is about to delete the object of this ``uid`` and create it again (an immutable field changed)."""
+        self._recreating[ref] = uid
+
+    def deleted_to_recreate(self, ref: ObjectRef, uid: str) -> bool:
+        """Whether the deletion of the object of ``uid`` is an apply's, which creates it again itself (no heal):
+        asked for its DELETED event, so the answer is given once and then forgotten."""
+        if not uid or self._recreating.get(ref) != uid:
+            return False
+        del self._recreating[ref]
+        return True
 
     def produced(self, ref: ObjectRef, resource_version: str) -> bool:
         """Whether ``resource_version`` is the one this operator's last write of ``ref`` produced. Asked for the

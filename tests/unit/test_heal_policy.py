@@ -214,6 +214,20 @@ def test_a_deleted_object_is_put_back_once_the_first_apply_is_over_naming_the_ui
         HealRequest(CONFIG_REF, DELETED, NOW, uid="its-uid")]
 
 
+def test_an_object_an_apply_deletes_to_create_again_is_not_healed_but_a_later_deletion_is():
+    """An immutable field changed: the apply deletes the object and creates it itself; a heal would race it (a
+    release's upgrade re-creates dozens of Deployments)."""
+    own_writes = OwnWrites()
+    policy = HealPolicy(own_writes)
+    own_writes.recreating(CONFIG_REF, "its-uid")
+    assert decide(policy, applied_stack(CONFIG), [("DELETED", deleted())]) == []
+    assert decide(policy, applied_stack(CONFIG), [("DELETED", deleted())]) == [
+        HealRequest(CONFIG_REF, DELETED, NOW, uid="its-uid")], "the next deletion is someone else's"
+    own_writes.recreating(CONFIG_REF, "an-earlier-uid")
+    assert decide(policy, applied_stack(CONFIG), [("DELETED", deleted())]) == [
+        HealRequest(CONFIG_REF, DELETED, NOW, uid="its-uid")], "another object of that name than the one deleted"
+
+
 def test_no_heal_for_a_run_once_object_an_opted_out_one_or_a_suspended_or_deleting_stack():
     run_once = applied_stack(CONFIG)
     run_once.run_once = {CONFIG_REF}
