@@ -100,10 +100,11 @@ def _kinds(refs: tuple[str, ...]) -> str:
 
 def _what_it_did(upgrade: Upgrade) -> list[str]:
     rows = [[str(index + 1), _counts(r.applied), _counts(r.pruned), _kinds(r.recreated),
-             _counts(r.migrated) if r.migrated else "none", str(len(r.first_apply_failures))]
+             f"{len(r.migrated)} CRDs, {sum(r.migrated.values())} objects", str(len(r.first_apply_failures))]
             for index, r in enumerate(upgrade.rounds)]
     if not rows:
         return []
+    migrated = sorted({crd for r in upgrade.rounds for crd in r.migrated})
     return ["What the operator did, per round: objects its applies wrote (its `kfdef_objects_applied` counter; a "
             "re-created object counts as created), objects its prunes deleted or held for the data they hold (its "
             "`Pruned` Events), objects it re-created for an immutable field and CRDs whose stored versions it "
@@ -111,6 +112,8 @@ def _what_it_did(upgrade: Upgrade) -> list[str]:
             "apply was done (retried by the next run):", "",
             *table(["round", "applied", "pruned", "re-created", "stored versions migrated", "failed in the first "
                                                                                               "apply"], rows), "",
+            *([f"The CRDs whose stored versions were migrated: {', '.join(f'`{crd}`' for crd in migrated)}.", ""]
+              if migrated else []),
             *_first_failures(upgrade.rounds)]
 
 

@@ -50,8 +50,9 @@ def test_the_report_has_the_section_with_medians_rounds_and_the_ratio() -> None:
     assert "upgrade / (teardown + fresh deploy) = **1.33** (target: at most 1.0)" in section
     assert _line(section, "| 2 | 35.0 |").split(" | ") == ["| 2", "35.0", "45.0", "11.0", "19.0", "30.0", "1.50 |"]
     assert _line(section, "| 1 | 213 configured, 387 created |").split(" | ")[2:6] == [
-        "262 deleted", "2 Deployment, 1 StatefulSet", "3 certificates.cert-manager.io, 0 orders.acme.cert-manager.io",
-        "1 |"]
+        "262 deleted", "2 Deployment, 1 StatefulSet", "2 CRDs, 3 objects", "1 |"]
+    assert ("The CRDs whose stored versions were migrated: `certificates.cert-manager.io`, "
+            "`orders.acme.cert-manager.io`.") in section
     assert ("The first apply's failures in round 1: `Issuer.cert-manager.io kubeflow/selfsigned-issuer`: 404 : 404 "
             "page not found.") in section
     assert "the upgrade cost **1100** writes of the operator and 180 of every other client" in section
