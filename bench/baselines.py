@@ -100,8 +100,10 @@ def _kfdef_of(workload: Workload, uri: str) -> JSON:
     return workload.kfdef(f"stack-{workload.suffix}", "bench", uri)
 
 
-def build(bench: Bench, kfdef: JSON, directory: Path) -> tuple[Path, float]:
-    """``kfdef-operator build`` of a KfDef into ``<directory>/rendered.yaml``; returns it and the seconds taken."""
+def build(bench: Bench, kfdef: JSON, directory: Path, target_version: str | None = None) -> tuple[Path, float]:
+    """``kfdef-operator build`` of a KfDef into ``<directory>/rendered.yaml``; returns it and the seconds taken.
+    ``target_version`` (``1.36``): objects of API versions that Kubernetes release no longer serves converted, as the
+    operator converts them."""
     directory.mkdir(parents=True, exist_ok=True)
     kfdef_file = directory / "kfdef.yaml"
     kfdef_file.write_text(yaml.safe_dump(kfdef))
@@ -109,7 +111,8 @@ def build(bench: Bench, kfdef: JSON, directory: Path) -> tuple[Path, float]:
     started = time.monotonic()
     with output.open("wb") as out:
         subprocess.run([sys.executable, "-m", "kfdef_operator", "build", str(kfdef_file), "-o", "-",
-                        "--cache-dir", str(bench.work_dir / "build-cache")],
+                        "--cache-dir", str(bench.work_dir / "build-cache"),
+                        *(["--target-version", target_version] if target_version else [])],
                        stdout=out, stderr=subprocess.PIPE, check=True,
                        env={**os.environ, "KFDEF_ALLOW_INSECURE_HTTP": "1"})
     return output, time.monotonic() - started

@@ -206,21 +206,24 @@ class Bench:
         return await asyncio.to_thread(self.operator.metrics)
 
     def operator_log_offset(self) -> int:
-        """Where the operator's log ends now (see :meth:`teardown_waves`)."""
+        """Where the operator's log ends now (see :meth:`operator_log_since`)."""
         try:
             return self.operator.log_path.stat().st_size
         except FileNotFoundError:
             return 0
 
+    def operator_log_since(self, since: int) -> str:
+        """What the operator logged after byte ``since`` of its log (:meth:`operator_log_offset`)."""
+        with self.operator.log_path.open("rb") as log:
+            log.seek(since)
+            return log.read().decode(errors="replace")
+
     def teardown_waves(self, name: str, since: int) -> list[dict]:
         """The teardown waves of KfDef ``name`` the operator logged after byte ``since`` of its log: objects, kinds,
         seconds until its deletes were sent and until it was waited on."""
-        with self.operator.log_path.open("rb") as log:
-            log.seek(since)
-            text = log.read().decode(errors="replace")
         return [{"objects": int(m["objects"]), "kinds": m["kinds"].split(", "), "sent_s": float(m["sent"]),
                  "done_s": float(m["done"])}
-                for m in _WAVE.finditer(text) if m["kfdef"] == f"{KFDEF_NAMESPACE}/{name}"]
+                for m in _WAVE.finditer(self.operator_log_since(since)) if m["kfdef"] == f"{KFDEF_NAMESPACE}/{name}"]
 
     def operator_rss_mb(self) -> float:
         for line in Path(f"/proc/{self.operator.popen.pid}/status").read_text().splitlines():

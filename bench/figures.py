@@ -23,6 +23,8 @@ class Target:
     limit: Callable[[Results], float]
     strict: bool = False            # measured < limit (else <=)
     unit: str = ""
+    #: Why the figure could not be measured because what it times failed (the target is missed), or None.
+    failure: Callable[[Results], str | None] = lambda results: None
 
     def check(self, results: Results) -> tuple[float, float, bool]:
         measured, limit = self.measured(results), self.limit(results)
@@ -103,6 +105,14 @@ def _rss_growth(results: Results) -> float:
     return points[-1].growth_per_1000_mb / points[0].growth_per_1000_mb
 
 
+def _upgrade_failure(results: Results) -> str | None:
+    """The upgrades not Ready in time (``bench/upgrade.py``), if any."""
+    upgrade = results.upgrade
+    if upgrade is None or not upgrade.failures:
+        return None
+    return f"{len(upgrade.failures)} of {len(upgrade.rounds)} upgrades not Ready in time: see *Day 2*"
+
+
 def _replicas(results: Results) -> Replicas:
     if results.replicas is None:
         raise NotMeasured("ha., shards.")
@@ -163,12 +173,19 @@ TARGETS = (
            lambda r: _replicas(r).sharded.kfdefs - _replicas(r).sharded.served_by_its_shard, _constant(0.0)),
     Target("shards: leaders stepping down while the fleet converges == 0 (their renewals kept up under load)",
            _step_downs, _constant(0.0)),
+    Target("upgrade.ready_s <= 1.0 x (upgrade.teardown_s + upgrade.fresh_ready_s) (the edit to v1.11.0 no slower "
+           "than tearing v1.2.0 down and deploying v1.11.0 afresh; issue 38)", _value("upgrade.ready_s"),
+           _times(1.0, "upgrade.teardown_s", "upgrade.fresh_ready_s"), unit="s", failure=_upgrade_failure),
 )
 
 
 def target_rows(results: Results) -> tuple[TargetRow, ...]:
     rows = []
     for target in TARGETS:
+        failure = target.failure(results)
+        if failure is not None:
+            rows.append(TargetRow(target.text, measured=None, limit=None, met=False, note=failure))
+            continue
         try:
             measured, limit, ok = target.check(results)
         except (NotMeasured, ZeroDivisionError):
@@ -187,7 +204,7 @@ def target_rows(results: Results) -> tuple[TargetRow, ...]:
 def judged(results: Results) -> Results:
     """The session with its targets checked and its ratios computed (what ``bench/report.py`` writes)."""
     return dataclasses.replace(results, targets=target_rows(results),
-                               ratios={**ratios(results), **teardown_ratios(results)})
+                               ratios={**ratios(results), **teardown_ratios(results), **upgrade_ratios(results)})
 
 
 def ratios(results: Results) -> dict[str, float]:
@@ -201,6 +218,14 @@ def ratios(results: Results) -> dict[str, float]:
             "kubectl/floor": value("apply.kubectl_ssa_s") / value("apply.floor_s"),
             "noop/apply": value("noop.s") / operator,
             **release_ratios(results), **floor_ratios(results), **heal_ratios(results)}
+
+
+def upgrade_ratios(results: Results) -> dict[str, float]:
+    """The upgrade against the v1.2.0 teardown plus a fresh v1.11.0 deploy (``bench/upgrade.py``), when measured."""
+    upgrade = results.upgrade
+    if upgrade is None or upgrade.ready is None or upgrade.teardown is None or upgrade.fresh_ready is None:
+        return {}
+    return {"upgrade/(teardown + fresh)": upgrade.ready.value / (upgrade.teardown.value + upgrade.fresh_ready.value)}
 
 
 def heal_ratios(results: Results) -> dict[str, float]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import logging
 import os
 import sys
@@ -24,14 +23,13 @@ if __package__ in (None, ""):  # run as ``python bench/ha.py``
 
 from kfdef_operator.api.types import JSON  # noqa: E402
 
-from . import fleet, operator_runs, report  # noqa: E402
+from . import fleet, operator_runs  # noqa: E402
 from .context import Bench  # noqa: E402
 from .replicas import LEASE_DURATION_S, ReplicaSet, failover, handover, lead  # noqa: E402
-from .standalone import run_alone  # noqa: E402
+from .standalone import add_output_arguments, merge_into, output_paths, run_alone  # noqa: E402
 from .stats import summary  # noqa: E402
 
 log = logging.getLogger("bench.ha")
-ROOT = Path(__file__).resolve().parents[1]
 
 #: (failover trials, handover trials, KfDefs per shard) for the full and the quick run.
 FULL, QUICK = (5, 5, 100), (2, 2, 10)
@@ -76,25 +74,14 @@ async def run(bench: Bench, *, quick: bool, scale: float) -> JSON:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ha", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials and a smaller fleet")
-    parser.add_argument("--out", type=Path, help="results file to merge into (default bench/results.json; "
-                                                 "with --quick build/bench-quick/results.json)")
-    parser.add_argument("--docs", type=Path, help="where benchmarks.md and .png go (default docs/; with --quick "
-                                                  "build/bench-quick/)")
+    add_output_arguments(parser)
     args = parser.parse_args(argv)
-    quick_dir = ROOT / "build" / "bench-quick"
-    out = args.out or (quick_dir / "results.json" if args.quick else ROOT / "bench" / "results.json")
-    docs = args.docs or (quick_dir if args.quick else ROOT / "docs")
+    out, docs = output_paths(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     with tempfile.TemporaryDirectory(prefix="kfdef-bench-ha-", dir="/dev/shm") as work_dir:
         figures = asyncio.run(run_alone(Path(work_dir), lambda bench: run(bench, quick=args.quick,
                                                                           scale=0.25 if args.quick else 1.0)))
-    results = json.loads(out.read_text()) if out.exists() else {}
-    results.update(figures)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if "meta" in results:  # a whole session's results: the report can be written again
-        report.write(results, out, docs)
-    else:
-        out.write_text(json.dumps(results, indent=2) + "\n")
+    merge_into(out, docs, figures)
     log.info("wrote %s", out)
     return 0
 

@@ -75,7 +75,7 @@ def _operator_writes(metrics: dict[str, float]) -> int:
                    and any(f'verb="{w}"' in k for w in _OPERATOR_WRITE_VERBS)))
 
 
-def _attributed(by_client: dict[str, dict[str, int]]) -> dict:
+def attributed(by_client: dict[str, dict[str, int]]) -> dict:
     """Writes of the audit log split into the operator's (every resource; its own client and kopf's) and the other
     clients' (by client and request)."""
     operator = by_client.pop("operator", {})
@@ -121,7 +121,7 @@ async def noop_restart(bench: Bench, resources: frozenset[str], *, settle_s: flo
     samples = await asyncio.to_thread(apiserver_metrics, bench.control_plane)
     server_writes = difference(stack_writes(samples, resources), writes_before)
     return {
-        **_attributed(writes_by_client(bench.control_plane, audited_from)),
+        **attributed(writes_by_client(bench.control_plane, audited_from)),
         "s": done - ready, "restart_s": done - started,
         "reconcile_s": metrics.get('kfdef_reconcile_duration_seconds_sum{result="success"}', 0.0),
         "writes_server": sum(server_writes.values()), "writes_server_by_request": server_writes,
@@ -152,6 +152,6 @@ async def idle(bench: Bench, resources: frozenset[str], *, window_s: float, sett
         "requests_by_verb": requests,
         "server_reads_per_min_all_clients": (reads_after - reads_before) / minutes,
         "server_writes": sum(writes.values()), "server_writes_by_request": writes,
-        **_attributed(writes_by_client(bench.control_plane, audited_from)),
+        **attributed(writes_by_client(bench.control_plane, audited_from)),
         "window_s": minutes * 60,
     }

@@ -25,6 +25,7 @@ import logging
 import tarfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,14 +43,29 @@ from .context import APPLY_PHASE_NOTE, KFDEFS_PATH, Bench, all_applied, cpu_used
 from .stats import cpu_summary, steps_summary, summary
 
 log = logging.getLogger(__name__)
-VERSION = "v1.11.0"
-VOLUMES = 4  # the release claims three volumes
+
+
+@dataclass(frozen=True)
+class ReleaseSource:
+    """A release as users deploy it: its archive in the stacks directory, its KfDef file, and the repairs (kustomize
+    patches by application, given the unpacked tree) it needs under the pinned kustomize."""
+
+    version: str
+    kfdef: Path
+    repairs: Callable[[Path], dict[str, list[JSON]]] = lambda tree: {}
+
+
+#: v1.11.0's ``example/`` (plain mode), as the shipped sample names it.
+V1_11_0 = ReleaseSource("v1.11.0", MODERN_SAMPLE, lambda tree: {"kubeflow": v1_11_0_profile_repair(tree)})
+#: v1.2.0 as kfctl deployed it: the kfctl_k8s_istio KfDef (stacks mode).
+V1_2_0 = ReleaseSource("v1.2.0", STACKS / "kfdefs" / "kfctl_k8s_istio.v1.2.0.yaml")
 
 
 @dataclass
 class Release:
     """The release as this cluster can run it: its KfDef (served from 127.0.0.1) and rendered objects."""
 
+    version: str
     kfdef: JSON
     objects: list[JSON]
     left_out: int
@@ -57,26 +73,43 @@ class Release:
     resources: frozenset[str]   # plurals of the resources its objects live in (as kube-apiserver's metrics name them)
     trees: list[baselines.KustomizeTree]  # what the operator builds for it (the render floor's input)
 
+    @property
+    def claims(self) -> int:
+        """The PersistentVolumeClaims it makes, its own and its StatefulSets' (each needs a volume to bind)."""
+        return sum(1 if obj["kind"] == "PersistentVolumeClaim" else
+                   (obj.get("spec") or {}).get("replicas", 1) * len((obj.get("spec") or {}).get("volumeClaimTemplates")
+                                                                   or [])
+                   for obj in self.objects if obj["kind"] in ("PersistentVolumeClaim", "StatefulSet"))
 
-async def prepare(bench: Bench) -> Release:
+
+async def prepare(bench: Bench, source: ReleaseSource = V1_11_0) -> Release:
     """Unpack the release, add the wrapper, pack and serve it; render it once with ``kfdef-operator build`` (and in
-    this process, for the trees the render floor builds)."""
-    directory = bench.work_dir / "release"
-    tree = await asyncio.to_thread(_unpack, STACKS / ARCHIVES[VERSION], directory / "tree")
-    sample = yaml.safe_load(MODERN_SAMPLE.read_text())
+    this process, for the trees the render floor builds), its objects at API versions this cluster serves."""
+    directory = bench.work_dir / f"release-{source.version}"
+    tree = await asyncio.to_thread(_unpack, STACKS / ARCHIVES[source.version], directory / "tree")
+    sample = yaml.safe_load(source.kfdef.read_text())
     sample["metadata"] = {"name": "kubeflow", "namespace": KFDEF_NAMESPACE}
     applications, _ = await asyncio.to_thread(baselines.render_in_place, sample, tree, directory / "sample")
     rendered = {app.name: app.objects for app in applications}  # to find what to leave out
-    wrapped, left_out = write_wrappers(sample, tree, rendered, {"kubeflow": v1_11_0_profile_repair(tree)})
+    wrapped, left_out = write_wrappers(sample, tree, rendered, source.repairs(tree))
     _, trees = await asyncio.to_thread(baselines.render_in_place, wrapped, tree, directory / "wrapped")
-    archive = await asyncio.to_thread(_pack, tree, bench.archives.directory / f"kubeflow-{VERSION}-runnable.tar.gz")
+    archive = await asyncio.to_thread(_pack, tree, bench.archives.directory
+                                      / f"kubeflow-{source.version}-runnable.tar.gz")
     for repo in wrapped["spec"]["repos"]:
         repo["uri"] = bench.archives.url(archive)
-    output, render_s = await asyncio.to_thread(baselines.build, bench, wrapped, directory / "build")
+    output, render_s = await asyncio.to_thread(baselines.build, bench, wrapped, directory / "build",
+                                               await _served_release(bench))
     objects = await _namespaced(bench, baselines.load(output))
     plurals = frozenset(path.split("/")[-2] for _, path, _ in await baselines.paths(bench.kube, objects))
-    log.info("release %s: %d objects, %d left out", VERSION, len(objects), len(left_out))
-    return Release(wrapped, objects, len(left_out), render_s, plurals, trees)
+    log.info("release %s: %d objects, %d left out", source.version, len(objects), len(left_out))
+    return Release(source.version, wrapped, objects, len(left_out), render_s, plurals, trees)
+
+
+async def _served_release(bench: Bench) -> str:
+    """The Kubernetes release the control plane runs (``1.36``): what its objects are converted for, as the
+    operator converts them (v1.2.0's ``apiextensions.k8s.io/v1beta1`` CRDs, for one)."""
+    version = await bench.kube.request("GET", "/version")
+    return f"{version['major']}.{version['minor'].rstrip('+')}"
 
 
 def _unpack(archive: Path, directory: Path) -> Path:
@@ -118,7 +151,7 @@ class DeployedRelease:
 
 async def deploy(bench: Bench, release: Release) -> DeployedRelease:
     """A KfDef of the release created, until its status reports every object applied, then until Ready."""
-    volumes = await _simulated_storage(bench)
+    volumes = await simulated_storage(bench, release.claims)
     kfdef = copy.deepcopy(release.kfdef)
     name = kfdef["metadata"]["name"] = f"kubeflow-{uuid.uuid4().hex[:5]}"
     mark, audit_mark = bench.kfdefs.mark(), bench.audit_mark()
@@ -239,10 +272,10 @@ async def _delete(bench: Bench, paths: list[str]) -> None:
                 raise
 
 
-async def _simulated_storage(bench: Bench) -> list[str]:
-    """PersistentVolumes for the release's claims (nothing provisions volumes here); their paths."""
+async def simulated_storage(bench: Bench, count: int) -> list[str]:
+    """``count`` PersistentVolumes for a release's claims (nothing provisions volumes here); their paths."""
     paths = []
-    for _ in range(VOLUMES):
+    for _ in range(count):
         name = f"bench-volume-{uuid.uuid4().hex[:6]}"
         await bench.kube.request("POST", "/api/v1/persistentvolumes", body={
             "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
@@ -256,7 +289,7 @@ async def _simulated_storage(bench: Bench) -> list[str]:
 def results(release: Release, raw: dict[str, list]) -> JSON:
     """The release's entries of ``bench/results.json``."""
     operator, kubectl = raw["operator"], raw["kubectl"]
-    meta = {"release": VERSION, "objects": len(release.objects), "left_out": release.left_out}
+    meta = {"release": release.version, "objects": len(release.objects), "left_out": release.left_out}
     entries = {
         "release.apply.operator_s": summary([r["applied_s"] for r in operator], "s", **meta),
         "release.apply.operator_ready_s": summary([r["ready_s"] for r in operator], "s"),

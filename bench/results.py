@@ -240,6 +240,64 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class UpgradeRelease:
+    """One end of the day-2 upgrade (``bench/upgrade.py``): the release, and what this cluster runs of it."""
+
+    version: str
+    objects: int
+    left_out: int
+
+
+@dataclass(frozen=True)
+class UpgradeRound:
+    """One round of the day-2 upgrade (``upgrade.rounds``): its times, what its upgrade did, and why it was not
+    Ready in time (None: it was). A time is None when not measured."""
+
+    applied_s: float | None                         # the edit to its first apply done
+    ready_s: float | None                           # the edit to Ready for it
+    teardown_s: float                               # v1.2.0 deleted to gone
+    fresh_ready_s: float                            # v1.11.0 created afresh to Ready
+    failure: str | None
+    applied: Mapping[str, int]                      # objects its applies wrote, by action (re-created: created)
+    pruned: Mapping[str, int]                       # objects its prunes deleted, held, ... (its Pruned Events)
+    recreated: tuple[str, ...]                      # objects re-created for an immutable field
+    migrated: Mapping[str, int]                     # CRDs whose stored versions were migrated: objects rewritten
+    first_apply_failures: tuple[tuple[str, str], ...]  # (object, message) once its first apply was done
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """Day 2 (``bench/upgrade.py``; issue 38): v1.2.0 upgraded to v1.11.0 by an edit of its KfDef, against its
+    teardown and a fresh v1.11.0 deploy. A figure is None when no round got that far."""
+
+    date: str
+    quick: bool
+    load_average_at_end: tuple[float, ...]
+    old: UpgradeRelease
+    new: UpgradeRelease
+    applied: Figure | None                          # upgrade.applied_s: the edit to its first apply done
+    ready: Figure | None                            # upgrade.ready_s: the edit to Ready for it
+    old_ready: Figure | None                        # upgrade.old_ready_s: v1.2.0 created to Ready
+    teardown: Figure | None                         # upgrade.teardown_s: v1.2.0 deleted to gone
+    fresh_applied: Figure | None                    # upgrade.fresh_applied_s
+    fresh_ready: Figure | None                      # upgrade.fresh_ready_s: v1.11.0 created to Ready
+    writes: Figure | None                           # upgrade.writes: the operator's, during the upgrade
+    replacement_writes: Figure | None               # upgrade.replacement_writes: during teardown and fresh deploy
+    writes_others: tuple[WritesByClient, ...]       # other clients' writes, per upgrade
+    replacement_writes_others: tuple[WritesByClient, ...]
+    #: Median seconds of each step of the upgrade's first apply (queued, fetch, render, apply).
+    steps: Mapping[str, float]
+    rounds: tuple[UpgradeRound, ...]
+    #: CPU used by path: ``upgrade`` (those Ready in time), ``replacement`` (teardown and fresh deploy).
+    cpu: Mapping[str, CpuUse]
+
+    @property
+    def failures(self) -> tuple[tuple[int, UpgradeRound], ...]:
+        """The rounds whose upgrade was not Ready in time, numbered from 1."""
+        return tuple((index + 1, r) for index, r in enumerate(self.rounds) if r.failure is not None)
+
+
+@dataclass(frozen=True)
 class TargetRow:
     """One target checked against the session (``bench/figures.py``): ``met`` is ``None`` when not measured."""
 
@@ -313,6 +371,7 @@ class Results:
     sweep_failures: tuple[SweepFailure, ...]
     replicas: Replicas | None
     profile: Profile | None
+    upgrade: Upgrade | None
 
 
 def load(path: Path) -> Results:
@@ -347,6 +406,7 @@ def parse(data: Any) -> Results:
         sweep_failures=tuple(map(_sweep_failure, doc.children("scale.sweep_failures", optional=True))),
         replicas=_replicas(doc, figures),
         profile=_profile(doc),
+        upgrade=_upgrade(doc, figures),
     )
 
 
@@ -523,6 +583,47 @@ def _replicas(doc: _Doc, figures: Mapping[str, Figure]) -> Replicas | None:
                            cpu=_fleet_cpu(single.child("cpu")), writes=single.integer("writes")),
         date=meta.optional_text("date"), quick=bool(meta.data.get("quick")),
         load_average_at_end=meta.numbers("load_average_at_end") if "load_average_at_end" in meta.data else ())
+
+
+def _upgrade(doc: _Doc, figures: Mapping[str, Figure]) -> Upgrade | None:
+    meta = doc.optional_child("upgrade.meta")
+    if meta is None:
+        return None
+    writes, replacement = (doc.optional_child(key) or _Doc({}, f"{key}.")
+                           for key in ("upgrade.writes", "upgrade.replacement_writes"))
+    steps = doc.optional_child("upgrade.steps")
+    cpu = doc.optional_child("upgrade.cpu")
+    return Upgrade(
+        date=meta.text("date"), quick=bool(meta.data.get("quick")),
+        load_average_at_end=meta.numbers("load_average_at_end"),
+        old=_upgrade_release(meta.child("from")), new=_upgrade_release(meta.child("to")),
+        applied=figures.get("upgrade.applied_s"), ready=figures.get("upgrade.ready_s"),
+        old_ready=figures.get("upgrade.old_ready_s"), teardown=figures.get("upgrade.teardown_s"),
+        fresh_applied=figures.get("upgrade.fresh_applied_s"), fresh_ready=figures.get("upgrade.fresh_ready_s"),
+        writes=figures.get("upgrade.writes"), replacement_writes=figures.get("upgrade.replacement_writes"),
+        writes_others=tuple(_by_client(c, f"{writes.where}others") for c in writes.optional_array("others")),
+        replacement_writes_others=tuple(_by_client(c, f"{replacement.where}others")
+                                        for c in replacement.optional_array("others")),
+        steps=steps.numbers_by_name("median") if steps and "median" in steps.data else {},
+        rounds=tuple(map(_upgrade_round, doc.children("upgrade.rounds", optional=True))),
+        cpu={path: _cpu(cpu.child(path)) for path in cpu.data} if cpu else {})
+
+
+def _upgrade_release(doc: _Doc) -> UpgradeRelease:
+    return UpgradeRelease(version=doc.text("version"), objects=doc.integer("objects"), left_out=doc.integer("left_out"))
+
+
+def _upgrade_round(doc: _Doc) -> UpgradeRound:
+    return UpgradeRound(
+        applied_s=doc.optional_number("applied_s"), ready_s=doc.optional_number("ready_s"),
+        teardown_s=doc.number("teardown_s"), fresh_ready_s=doc.number("fresh_ready_s"),
+        failure=doc.optional_text("failure"),
+        applied=_counts(doc.optional_mapping("applied"), f"{doc.where}applied"),
+        pruned=_counts(doc.optional_mapping("pruned"), f"{doc.where}pruned"),
+        recreated=tuple(_text(ref, f"{doc.where}recreated") for ref in doc.optional_array("recreated")),
+        migrated=_counts(doc.optional_mapping("migrated"), f"{doc.where}migrated"),
+        first_apply_failures=tuple((failure.text("object"), failure.text("message"))
+                                   for failure in doc.children("first_apply_failures", optional=True)))
 
 
 def _profile(doc: _Doc) -> Profile | None:

@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as ``python bench/run.py``
 from kfdef_dev.process import LocalSourcesOperator  # noqa: E402
 from kfdef_operator.ssa.client import KubeClient  # noqa: E402
 
-from . import baselines, ha, heal, operator_runs, release, report, scale, status_write  # noqa: E402
+from . import baselines, ha, heal, operator_runs, release, report, scale, status_write, upgrade  # noqa: E402
 from .archive_server import ArchiveServer  # noqa: E402
 from .cluster import audit_offset, start_control_plane, writes_by_client  # noqa: E402
 from .context import APPLY_PHASE_NOTE, KFDEFS_PATH, Bench, cpu_used, run_selector, stack_resources  # noqa: E402
@@ -110,9 +110,8 @@ async def _idle_with_both(bench: Bench, plan: Plan, prepared: release.Release, r
     return release.round_figures(deployed_release, teardown_s, teardown_cpu, waves[0])
 
 
-async def _release(bench: Bench, plan: Plan, raw_all: dict[str, list]) -> dict:
+async def _release(bench: Bench, plan: Plan, prepared: release.Release, raw_all: dict[str, list]) -> dict:
     """Rounds of the real release, each path in turn (operator, kubectl, floor); its results entries."""
-    prepared = await release.prepare(bench)
     raw: dict[str, list] = {"operator": [], "kubectl": [], "floor": []}
     for index in range(plan.release_rounds):
         log.info("release round %d: operator, kubectl and floor apply of %d objects", index + 1,
@@ -214,7 +213,10 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
             bench = Bench(control_plane, kube, archives, work_dir, operator, kfdefs)
             for index in range(plan.rounds):
                 await _round(bench, plan, index, raw)
-            released = await _release(bench, plan, raw)
+            prepared = await release.prepare(bench)
+            released = await _release(bench, plan, prepared, raw)
+            upgraded = {} if "upgrade" in plan.skip else await upgrade.measure(
+                bench, plan.upgrade_rounds, quick=plan.quick, new=prepared)
             await _scale(bench, plan, raw)
             await asyncio.to_thread(operator.stop)  # replicas and shards bring their own operators
             log.info("status writes: kube-apiserver's CPU per write, by inventory format")
@@ -237,6 +239,7 @@ async def _session(plan: Plan, work_dir: Path, out: Path, docs: Path) -> dict:
     results = _results(plan, raw, raw["workloads"][0].total)
     results.update(replicas_and_shards)
     results.update(released)
+    results.update(upgraded)
     results.update(status_writes)
     results["profile"] = profile
     results["meta"] = {**environment, "duration_s": round(time.monotonic() - started, 1),
@@ -297,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--skip: unknown parts {sorted(skip - set(SKIPPABLE))}")
     plan = dataclasses.replace(plan, skip=skip, idle_window_s=args.idle_window or plan.idle_window_s)
     if args.rounds:
-        plan = dataclasses.replace(plan, rounds=args.rounds, release_rounds=min(args.rounds, plan.release_rounds))
+        plan = dataclasses.replace(plan, rounds=args.rounds, release_rounds=min(args.rounds, plan.release_rounds),
+                                   upgrade_rounds=min(args.rounds, plan.upgrade_rounds))
     if args.sweep:
         plan = dataclasses.replace(plan, sweep=tuple(float(size) for size in args.sweep.split(",")))
     with tempfile.TemporaryDirectory(prefix="kfdef-bench-", dir="/dev/shm") as work_dir:
@@ -307,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
                                                             default=repr) + "\n")  # kept if the report fails
     report.write(results, args.out, args.docs)
     log.info("wrote %s, %s", args.out, args.docs / "benchmarks.md")
-    return 0
+    not_ready = upgrade.failures(results)
+    for failure in not_ready:
+        log.error("the day-2 upgrade was not Ready in time: %s", failure)
+    return 1 if not_ready else 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Each module holds the sections on one subject, each section a function returning
 - status_write: what a status write costs kube-apiserver;
 - measures: what each figure measures;
 - replicas: replicas and shards (none when the session has no such figures);
+- upgrade: day 2, an upgrade against a teardown and a fresh deploy (none when the session has no such figures);
 - growth: growth with objects, and the operator's memory;
 - profile: the profile of the apply path.
 """
@@ -27,6 +28,7 @@ from .session import figures, introduction, setup
 from .status_write import status_write
 from .studies import apply_phase_waits, findings_of_issue_18, heal_tail, render_helper
 from .targets import targets
+from .upgrade import day_two
 
 
 def render_markdown(results: Results, before: Results | None = None) -> str:
@@ -35,5 +37,6 @@ def render_markdown(results: Results, before: Results | None = None) -> str:
     sections = [introduction(), setup(results), figures(results), release(results), against_floor(results),
                 time_and_cpu(results), before_after(before, results), targets(results), apply_phase_waits(),
                 heal_tail(), status_write(results), render_helper(), findings_of_issue_18(results),
-                measures(results), replicas_and_shards(results), growth(results), profile(results)]
+                measures(results), replicas_and_shards(results), day_two(results), growth(results),
+                profile(results)]
     return "\n".join(line for section in sections if section for line in (*section, ""))

@@ -62,6 +62,8 @@ _COMPARED: tuple[tuple[str, Reader], ...] = (
     ("heal floor p50 (ms)", _value("heal.floor_p50_ms")),
     ("heal floor p99 (ms)", _value("heal.floor_p99_ms")),
     ("heal p99 / heal floor p99", _ratio("heal p99/floor p99")),
+    ("day 2: v1.2.0 -> v1.11.0 upgrade to Ready (s)", _value("upgrade.ready_s")),
+    ("day 2: upgrade / (teardown + fresh deploy)", _ratio("upgrade/(teardown + fresh)")),
 )
 
 

@@ -72,4 +72,12 @@ def measures(results: Results) -> list[str]:
         f"resources on the server: {idle.server_reads_per_min_all_clients:.1f}/min. Open watches of the operator "
         f"(server gauge, operator up minus down): {idle.watches} "
         f"({', '.join(f'{k}: {v}' for k, v in idle.watches_by_resource.items())}).",
+        "- `upgrade.*` (*Day 2*, `bench/upgrade.py`): `upgrade.applied_s` from the answer to the edit of a Ready "
+        "v1.2.0 KfDef until its status says the new generation's first apply is done (`Reconciling=False` and "
+        "`observedGeneration` for it, whatever failed), `upgrade.ready_s` until `Ready=True` for it, both seen on "
+        "the watch of KfDefs; `upgrade.teardown_s` from the delete call returning until v1.2.0's KfDef is gone; "
+        "`upgrade.fresh_applied_s` and `upgrade.fresh_ready_s` as `release.apply.operator_s` and "
+        "`release.apply.operator_ready_s`. `upgrade.writes`: the operator's writes (audit log, as for `noop.writes`) "
+        "from the edit until Ready; `upgrade.replacement_writes`: from before the delete until the fresh KfDef was "
+        "Ready.",
     ]

@@ -23,7 +23,7 @@ def misses(results: Results) -> list[str]:
     missed = {row.target.split(" ")[0] for row in results.targets if row.met is False}
     notes = [*_apply(missed), *_teardowns(results, missed), *_memory(missed), *_heal(results, missed),
              *_noop_writes(results, missed), *_sweep_failures(results), *_noop(results, missed),
-             *_scale(results, missed)]
+             *_scale(results, missed), *_upgrade(results, missed)]
     return notes or ["Every target is met."]
 
 
@@ -180,3 +180,27 @@ def _sweep_floor(points: tuple[SweepPoint, ...]) -> str:
         return text + (": the growth per object is kube-apiserver's (its work per CRD grows with the CRDs already "
                        "installed: each CRD change rebuilds the OpenAPI documents of all of them), not the operator's.")
     return text + ": the operator's time grows faster than the floor's."
+
+
+def _upgrade(results: Results, missed: Set[str]) -> list[str]:
+    """What the upgrade does beyond a fresh deploy, from its first round (``bench/upgrade.py``)."""
+    upgrade = results.upgrade
+    if "upgrade.ready_s" not in missed or upgrade is None:
+        return []
+    if upgrade.failures:
+        return [f"- **upgrade.ready_s**: {len(upgrade.failures)} of {len(upgrade.rounds)} upgrades were not Ready in "
+                "time; *Day 2* has each one's KfDef status."]
+    if not upgrade.rounds or upgrade.applied is None:
+        return []
+    first = upgrade.rounds[0]
+    fresh = ("" if upgrade.fresh_applied is None
+             else f" against the fresh deploy's {fmt(upgrade.fresh_applied.median)} s")
+    failures = (f"; {len(first.first_apply_failures)} objects failed in that first apply and were applied by the next "
+                "run, after the retry backoff" if first.first_apply_failures else "")
+    return [
+        f"- **upgrade.ready_s**: the upgrade's first apply took {fmt(upgrade.applied.median)} s (median){fresh}. "
+        f"Beyond what a fresh deploy does, in round 1 it re-created {len(first.recreated)} objects for an immutable "
+        f"field (each deleted and waited on until gone, then created again), migrated the stored versions of "
+        f"{len(first.migrated)} CRDs ({sum(first.migrated.values())} objects rewritten, each CRD applied with both "
+        f"versions served first) and pruned {first.pruned.get('deleted', 0)} objects of v1.2.0{failures}. "
+        "See *Day 2*."]

@@ -188,5 +188,5 @@ def test_the_report_renders_with_every_target_missed_and_says_why(session) -> No
     notes = _section(page, "### Why targets are missed")
     assert [note.split("**")[1] for note in notes] == [
         "apply against the floors", "teardown (synthetic)", "teardown (v1.11.0)", "memory", "heal.p99_ms",
-        "noop.writes", "sweep at x10.0 not measured", "noop.s", "scale"]
+        "noop.writes", "sweep at x10.0 not measured", "noop.s", "scale", "upgrade.ready_s"]
     assert "**met**" not in page
