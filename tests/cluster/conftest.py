@@ -35,12 +35,17 @@ def admin(plane: ControlPlane) -> Iterator[Kube]:
     kube.close()
 
 
-@pytest.fixture(scope="session")
-def kfdef_crd(kube: Kube) -> None:
+def install_kfdef_crd(kube: Kube) -> None:
+    """The KfDef CRD applied, once Established."""
     for doc in yaml.safe_load_all(CRD_FILE.read_text()):
         kube.apply(doc)
     kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", "kfdefs.kfdef.apps.kubeflow.org",
                         "Established")
+
+
+@pytest.fixture(scope="session")
+def kfdef_crd(kube: Kube) -> None:
+    install_kfdef_crd(kube)
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,7 @@ from kfdef_dev.controlplane import ControlPlane
 from kfdef_dev.releases import ARCHIVES, MODERN_SAMPLE, STACKS, v1_11_0_profile_repair
 from kfdef_dev.unservable import Excluded, intercepted, write_wrappers
 from kfdef_operator.upgrade.convert import served_for_release, upgrade_objects
-from tests.cluster.conftest import CRD_FILE, KFDEF_API
+from tests.cluster.conftest import KFDEF_API, install_kfdef_crd
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
 from tests.releases.conftest import Rendered
@@ -193,10 +193,7 @@ def cluster() -> Iterator[Cluster]:
     with ControlPlane(audit=True) as plane:
         kube = Kube(plane.kubeconfig)
         try:
-            for doc in yaml.safe_load_all(CRD_FILE.read_text()):
-                kube.apply(doc)
-            kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                                "kfdefs.kfdef.apps.kubeflow.org", "Established")
+            install_kfdef_crd(kube)
             kube.create_namespace(NAMESPACE)
             wait_for(lambda: kube.exists("v1", "ConfigMap", "kube-root-ca.crt", NAMESPACE)
                      and kube.exists("v1", "ServiceAccount", "default", NAMESPACE), what="the namespace's defaults")

@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from kfdef_dev.controlplane import ControlPlane
 from kfdef_dev.releases import ARCHIVES, v1_11_0_profile_repair
 from kfdef_dev.unservable import Excluded, write_wrappers
 from kfdef_operator.upgrade.convert import served_for_release, upgrade_objects
-from tests.cluster.conftest import CRD_FILE, KFDEF_API
+from tests.cluster.conftest import KFDEF_API, install_kfdef_crd
 from tests.kube import Kube, wait_for
 from tests.operator_process import OperatorProcess
 from tests.releases.conftest import Rendered
@@ -166,10 +165,7 @@ def upgrade(release_trees, v1_2_0, v1_11_0, tmp_path_factory: pytest.TempPathFac
         operator = OperatorProcess(plane.kubeconfig, tmp / "operator",
                                    local_source_roots=(tmp_path_factory.getbasetemp(),))
         try:
-            for doc in yaml.safe_load_all(CRD_FILE.read_text()):
-                kube.apply(doc)
-            kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                                "kfdefs.kfdef.apps.kubeflow.org", "Established")
+            install_kfdef_crd(kube)
             kube.create_namespace(NAMESPACE)
             simulated_storage(kube)
             operator.start()
