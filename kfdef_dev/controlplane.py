@@ -205,6 +205,12 @@ class ChildProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def complete_json_lines(text: str) -> list[dict]:
+    """The JSON documents of the complete lines of ``text``: a last line without its newline is one kube-apiserver
+    is still writing, read half (it is read whole the next time)."""
+    return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
+
+
 @dataclass
 class ControlPlane:
     """A running local control plane; use as a context manager or call start()/stop().
@@ -371,10 +377,9 @@ class ControlPlane:
         if not self.audit:
             raise ControlPlaneError("the control plane was started without audit=True")
         try:
-            lines = self.audit_log.read_text().splitlines()
+            return complete_json_lines(self.audit_log.read_text())
         except FileNotFoundError:
             return []
-        return [json.loads(line) for line in lines if line.strip()]
 
     def _prepare_credentials(self) -> None:
         pki = self.dir / "pki"

@@ -437,9 +437,9 @@ def test_an_upgrade_through_the_channel_takes_over_with_no_write_and_no_healing_
 
 def stalled(subscription_status: dict) -> str | None:
     """What keeps a Subscription created again from installing, if OLM's caches let the previous one's work in
-    (on a loaded machine): a CSV installed once more for the deleted Subscription, which the new one cannot adopt
-    ("... exists and is not referenced by a subscription"), or the previous one's InstallPlan handed to the new
-    one and then collected (InstallPlanMissing)."""
+    (seen in about half the runs, loaded or not): a CSV installed once more for the deleted Subscription, which the
+    new one cannot adopt ("... exists and is not referenced by a subscription"), or the previous one's
+    InstallPlan handed to the new one and then collected (InstallPlanMissing)."""
     for condition in subscription_status.get("conditions") or []:
         if condition.get("status") != "True":
             continue
